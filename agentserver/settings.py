@@ -1,0 +1,146 @@
+"""Settings come from environment variables (twelve-factor), read once here.
+
+`AGENTSERVER_EMBEDDED=1` selects the embedded default: SQLite and agent work done
+in-process, for a machine with no Postgres or Redis. Everything else expects both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+DEBUG = env.bool("DJANGO_DEBUG", default=False)
+SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="dev-insecure-change-me-" + "x" * 32)
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env.list("DJANGO_CSRF_TRUSTED_ORIGINS", default=[])
+
+# Cards and URLs in responses use this when set (behind a proxy); otherwise the request's host.
+PUBLIC_BASE_URL = env.str("PUBLIC_BASE_URL", default="").rstrip("/")
+
+EMBEDDED = env.bool("AGENTSERVER_EMBEDDED", default=False)
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "registry",
+    "tasks_app",
+    "push",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentserver.urls"
+ASGI_APPLICATION = "agentserver.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------
+# Under ASGI every request may run its ORM work on a fresh thread, so persistent
+# connections leak; psycopg's pool is the supported way to reuse connections (Django 5.1+).
+if EMBEDDED:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env.str("SQLITE_PATH", default=str(BASE_DIR / ".data" / "db.sqlite3")),
+            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+        }
+    }
+else:
+    DATABASES = {"default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/agentserver")}
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    if env.bool("DB_POOL", default=True):
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": env.int("DB_POOL_MIN", default=2),
+            "max_size": env.int("DB_POOL_MAX", default=20),
+            "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+        }
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis, Celery -------------------------------------------------------------------
+REDIS_URL = "" if EMBEDDED else env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
+CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="agentserver")
+CELERY_TASK_ALWAYS_EAGER = EMBEDDED
+CELERY_TASK_EAGER_PROPAGATES = False
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = False
+CELERY_WORKER_PREFETCH_MULTIPLIER = env.int("CELERY_PREFETCH", default=4)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# A runaway executor is stopped by the soft limit (its task becomes `failed` with a reason);
+# the hard limit kills the child. Both stay far below Redis' visibility timeout so an
+# acks_late message is never redelivered while its first run is still alive.
+AGENT_SOFT_TIME_LIMIT = env.int("AGENT_SOFT_TIME_LIMIT", default=120)
+AGENT_TIME_LIMIT = env.int("AGENT_TIME_LIMIT", default=AGENT_SOFT_TIME_LIMIT + 15)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, AGENT_TIME_LIMIT * 4)}
+
+# Work committed but not claimed after this long is enqueued again by the sweeper.
+SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
+CELERY_BEAT_SCHEDULE = {
+    "sweep-stuck-work": {"task": "tasks_app.tasks.sweep_stuck_work", "schedule": env.float("SWEEP_EVERY", default=15.0)},
+}
+
+# --- Protocol knobs ------------------------------------------------------------------
+# A blocking SendMessage waits at most this long, then answers with the task as it is.
+A2A_BLOCKING_TIMEOUT = env.float("A2A_BLOCKING_TIMEOUT", default=AGENT_TIME_LIMIT + 10)
+# Waiters re-read the database this often even when no hint arrives: a lost hint costs this much.
+HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
+# Card caching (seconds).
+AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
+
+# --- Auth, i18n, static ----------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.request": {"level": "ERROR"}},
+}

@@ -1,0 +1,17 @@
+"""Settings for the test suite: the normal ones, with test-only defaults set first.
+
+Kept apart because pytest-django reads settings before any conftest runs.
+"""
+
+import os
+
+# Keep test traffic off the development Redis database, and give each test session its own
+# Celery queue so two sessions on one machine never take each other's work.
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+os.environ.setdefault("CELERY_QUEUE", f"agentserver-test-{os.getpid()}")
+# In-process tests gain nothing from a pool, and asgiref's threads would keep its connections
+# checked out; the live stack (tests/conftest.py) runs daphne with the pool, as production does.
+os.environ.setdefault("DB_POOL", "0")
+os.environ.pop("AGENTSERVER_EMBEDDED", None)
+
+from .settings import *  # noqa: E402,F403

@@ -1,0 +1,67 @@
+import json
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from registry.services import agent_ensure, api_key_create, tenant_ensure
+
+TEXT = ["text/plain"]
+
+DEMO_AGENTS = {
+    "echo": {
+        "name": "Echo",
+        "description": "Answers every message with an artifact that echoes its text.",
+        "executor": "echo",
+        "is_public": False,
+        "skills": [{"id": "echo", "name": "Echo", "description": "Echoes the text it is sent.", "tags": ["demo"],
+                    "examples": ["hello"]}],
+    },
+    "conformance": {
+        "name": "Conformance",
+        "description": "Behaves as the official A2A conformance suite (a2a-tck) expects, by messageId prefix.",
+        "executor": "conformance",
+        "is_public": True,
+        "skills": [{"id": "tck", "name": "TCK behaviours", "description": "Completes, asks for input, "
+                    "rejects, replies with a message or produces artifacts, as the suite asks.", "tags": ["test"]}],
+    },
+    "writer": {
+        "name": "Writer",
+        "description": "Writes a short text about a topic, reporting progress and streaming it in chunks; "
+                       "asks for input when the request is unclear.",
+        "executor": "writer",
+        "is_public": False,
+        "skills": [{"id": "write", "name": "Write", "description": "Writes a poem, story, summary, haiku or "
+                    "letter about a topic.", "tags": ["writing", "demo"],
+                    "examples": ["Write a haiku about the sea", "A story about a lighthouse keeper"]}],
+    },
+}
+
+
+class Command(BaseCommand):
+    help = "Create (or bring up to date) tenant 'demo' with agents echo, conformance and writer, and an API key."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print one JSON object with paths and a fresh key")
+
+    @transaction.atomic
+    def handle(self, *args, **options):
+        tenant = tenant_ensure(slug="demo", name="Demo tenant")
+        agents = {
+            slug: agent_ensure(tenant=tenant, slug=slug, defaults={
+                **spec, "version": "1.0.0", "input_modes": TEXT, "output_modes": TEXT,
+            })
+            for slug, spec in DEMO_AGENTS.items()
+        }
+        _, plaintext = api_key_create(tenant=tenant, name="demo", principal="demo")
+        summary = {
+            "tenant": tenant.slug,
+            "agents": {slug: agent.path for slug, agent in agents.items()},
+            "api_key": plaintext,
+            "api_key_header": "X-API-Key",
+        }
+        if options["json"]:
+            self.stdout.write(json.dumps(summary))
+        else:
+            for slug, agent in agents.items():
+                self.stdout.write(f"{slug:12} {agent.path}  ({'public' if agent.is_public else 'needs a key'})")
+            self.stdout.write(f"API key (X-API-Key): {plaintext}")

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# `make run`: start agentserver locally, ready to curl.
+#
+#   1. venv at .venv from requirements.txt (re-installed only when it changed)
+#   2. Postgres + Redis: use them if they answer, start them if we can; if
+#      either is still missing, fall back to the embedded mode
+#      (AGENTSERVER_EMBEDDED=1: SQLite in .data/, Celery work done in-process)
+#   3. migrate, seed the demo tenant, start daphne (+ a Celery worker with
+#      beat unless embedded), wait until an agent card answers
+#   4. print URLs, API key and a curl example, then stay in the foreground
+#      until Ctrl-C, stopping everything it started.
+#
+# Env: PORT (default 8000), DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
+# force the embedded mode. Logs go to .run/.
+set -euo pipefail
+
+# shellcheck source=scripts/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$ROOT"
+
+PORT="${PORT:-8000}"
+HOST=127.0.0.1
+BASE="http://$HOST:$PORT"
+mkdir -p "$RUN_DIR"
+
+# --- process bookkeeping -----------------------------------------------------
+# Background jobs of a non-interactive shell ignore SIGINT, so Ctrl-C reaches
+# only this script: the EXIT trap must stop what we started, explicitly.
+PIDS=()
+NAMES=()
+cleanup() {
+  local rc=$? i pid
+  trap - EXIT INT TERM
+  ((${#PIDS[@]})) || exit "$rc"
+  echo
+  log "stopping: ${NAMES[*]}"
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Give daphne / celery (warm shutdown) up to 15 s, then force.
+  for ((i = 0; i < 30; i++)); do
+    local alive=0
+    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.5
+  done
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  log "stopped"
+  exit "$rc"
+}
+trap cleanup EXIT
+# Ctrl-C is the normal way to stop: the clean stop is a success.
+trap 'exit 0' INT
+trap 'exit 143' TERM
+
+start_bg() {  # name logfile command...
+  local name=$1 logf=$2; shift 2
+  "$@" >"$logf" 2>&1 &
+  PIDS+=("$!")
+  NAMES+=("$name")
+  log "started $name (pid $!, log ${logf#"$ROOT"/})"
+}
+
+show_log() {  # file
+  echo "----- last lines of ${1#"$ROOT"/} -----" >&2
+  tail -n 40 "$1" >&2 || true
+  echo "-----" >&2
+}
+
+# --- 1. venv -------------------------------------------------------------------
+ensure_venv
+
+# --- 2. services or embedded fallback ------------------------------------------
+if [[ "${AGENTSERVER_EMBEDDED:-0}" == 1 ]]; then
+  EMBEDDED=1
+  log "AGENTSERVER_EMBEDDED=1 is set: using the embedded mode, not checking Postgres/Redis"
+elif ensure_services && ensure_database; then
+  EMBEDDED=0
+else
+  EMBEDDED=1
+  warn "Postgres and/or Redis could not be reached or started."
+  warn "FALLING BACK TO THE EMBEDDED MODE (AGENTSERVER_EMBEDDED=1):"
+  warn "  database = SQLite at .data/db.sqlite3, background work runs in-process (no Celery worker)."
+  warn "  For the full setup start Postgres ($DATABASE_URL) and Redis ($REDIS_URL), then re-run 'make run'."
+fi
+if ((EMBEDDED)); then
+  export AGENTSERVER_EMBEDDED=1
+  mkdir -p "$ROOT/.data"
+else
+  # An AGENTSERVER_EMBEDDED=0 left in the environment must not confuse the app.
+  unset AGENTSERVER_EMBEDDED
+fi
+
+# A server already on the port would answer our readiness probe and we would
+# report success for somebody else's process.
+if tcp_up "$HOST" "$PORT"; then
+  die "something is already listening on $HOST:$PORT; stop it or use another port: make run PORT=8001"
+fi
+
+# --- 3. migrate, seed, start ---------------------------------------------------
+log "migrating (log: .run/migrate.log)"
+"$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
+  || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
+
+log "seeding the demo tenant (manage.py seed_demo --json)"
+"$VPY" manage.py seed_demo --json >"$RUN_DIR/seed.json" 2>"$RUN_DIR/seed.log" \
+  || { show_log "$RUN_DIR/seed.log"; die "manage.py seed_demo failed"; }
+
+# seed_demo prints one JSON object; tolerate stray lines around it. Emits
+# shell-safe assignments: API_KEY, KEY_HEADER, AGENT_NAMES, AGENT_<name>.
+SEED_VARS="$("$VPY" - "$RUN_DIR/seed.json" <<'EOF'
+import json, shlex, sys
+text = open(sys.argv[1]).read()
+try:
+    data = json.loads(text)
+except ValueError:
+    data = None
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+                break
+            except ValueError:
+                pass
+if not isinstance(data, dict) or "agents" not in data:
+    sys.exit("seed_demo --json printed no JSON object with 'agents':\n" + text[-2000:])
+agents = data["agents"]
+print("API_KEY=" + shlex.quote(str(data.get("api_key", ""))))
+print("KEY_HEADER=" + shlex.quote(str(data.get("api_key_header") or "X-API-Key")))
+print("TENANT=" + shlex.quote(str(data.get("tenant", ""))))
+print("AGENT_NAMES=" + shlex.quote(" ".join(agents)))
+for name, path in agents.items():
+    if name.isidentifier():
+        print("AGENT_%s=%s" % (name, shlex.quote(path)))
+EOF
+)" || die "could not read the seed output (.run/seed.json)"
+eval "$SEED_VARS"
+# The probe and the example use echo if present, else the first agent.
+FIRST_AGENT="${AGENT_NAMES%% *}"
+PROBE_AGENT_VAR="AGENT_echo"; [[ -n "${AGENT_echo:-}" ]] || PROBE_AGENT_VAR="AGENT_$FIRST_AGENT"
+PROBE_PATH="${!PROBE_AGENT_VAR}"
+CARD_URL="$BASE${PROBE_PATH}.well-known/agent-card.json"
+
+start_bg web "$RUN_DIR/web.log" \
+  "$VENV/bin/daphne" -b "$HOST" -p "$PORT" agentserver.asgi:application
+if ((EMBEDDED == 0)); then
+  # -B runs beat (the sweeper) inside the worker: one process less for dev.
+  # Its schedule file goes to .run/ rather than the repo root.
+  start_bg worker "$RUN_DIR/worker.log" \
+    "$VENV/bin/celery" -A agentserver worker -B -l info --concurrency 2 \
+    -s "$RUN_DIR/celerybeat-schedule"
+fi
+
+log "waiting for $CARD_URL"
+ready=0
+for ((i = 0; i < 120; i++)); do
+  kill -0 "${PIDS[0]}" 2>/dev/null || { show_log "$RUN_DIR/web.log"; die "daphne exited during start-up"; }
+  if "$VPY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2).read()' \
+      "$CARD_URL" >/dev/null 2>&1; then
+    ready=1
+    break
+  fi
+  sleep 0.5
+done
+((ready)) || { show_log "$RUN_DIR/web.log"; die "no answer from $CARD_URL after 60 s"; }
+
+# --- 4. tell the user ------------------------------------------------------------
+{
+  echo
+  echo "${_B}agentserver is running on $BASE${_N}"
+  if ((EMBEDDED)); then
+    echo "  mode: ${_Y}EMBEDDED${_N} (SQLite at .data/db.sqlite3, background work in-process, no Celery worker)"
+  else
+    echo "  mode: Postgres + Redis, Celery worker with beat"
+  fi
+  echo
+  echo "  Agents (tenant ${TENANT:-?}):"
+  for name in $AGENT_NAMES; do
+    var="AGENT_$name"
+    [[ -n "${!var:-}" ]] || continue
+    printf '    %-12s %s\n' "$name" "$BASE${!var}"
+    printf '    %-12s %s\n' "" "card: $BASE${!var}.well-known/agent-card.json"
+  done
+  echo
+  echo "  API key (header $KEY_HEADER): $API_KEY"
+  echo
+  echo "  Try:"
+  echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"
+  echo
+  echo "  Logs: .run/web.log$( ((EMBEDDED)) || echo ' .run/worker.log')"
+} | tee "$RUN_DIR/info.txt"
+echo "  Press Ctrl-C to stop."
+
+# --- stay in the foreground --------------------------------------------------------
+# Returns when any child exits (or a signal arrives: the traps take over).
+set +e
+wait -n "${PIDS[@]}"
+set -e
+for i in "${!PIDS[@]}"; do
+  if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then
+    show_log "$RUN_DIR/${NAMES[$i]}.log"
+    die "${NAMES[$i]} exited unexpectedly; stopping the rest"
+  fi
+done

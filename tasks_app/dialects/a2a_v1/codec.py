@@ -1,0 +1,289 @@
+"""A2A 1.0 wire shapes <-> the domain. Pure functions: no database, no I/O.
+
+ProtoJSON: camelCase members, enums by SCREAMING_SNAKE name (integers accepted too, as
+ProtoJSON parsers must), timestamps RFC 3339 in UTC with milliseconds, bytes in base64.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from ... import parts as P
+from ...domain import ArtifactView, MessageView, NewMessage, TaskView
+from ...errors import InvalidParams
+from ...lifecycle import Role, TaskState
+
+_STATE_TO_WIRE = {
+    TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
+    TaskState.WORKING: "TASK_STATE_WORKING",
+    TaskState.INPUT_REQUIRED: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.AUTH_REQUIRED: "TASK_STATE_AUTH_REQUIRED",
+    # AIP's awaiting-completion has no A2A state; the nearest is "the client must act".
+    TaskState.AWAITING_COMPLETION: "TASK_STATE_INPUT_REQUIRED",
+    TaskState.COMPLETED: "TASK_STATE_COMPLETED",
+    TaskState.CANCELED: "TASK_STATE_CANCELED",
+    TaskState.FAILED: "TASK_STATE_FAILED",
+    TaskState.REJECTED: "TASK_STATE_REJECTED",
+}
+_WIRE_TO_STATE = {v: k for k, v in _STATE_TO_WIRE.items() if k != TaskState.AWAITING_COMPLETION}
+_STATE_NUMBERS = {1: "submitted", 2: "working", 3: "completed", 4: "failed", 5: "canceled",
+                  6: "input-required", 7: "rejected", 8: "auth-required"}
+_ROLES = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
+_ROLE_TO_WIRE = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
+
+
+# --- fields ----------------------------------------------------------------------------
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
+
+
+def get(obj: dict, camel: str) -> Any:
+    """A member by its JSON name or, as ProtoJSON parsers must also accept, its proto name."""
+    value = obj.get(camel)
+    if value is None and camel != (snake := _snake(camel)):
+        value = obj.get(snake)
+    return value
+
+
+# --- scalars ---------------------------------------------------------------------------
+
+def timestamp(value: datetime) -> str:
+    value = value.astimezone(timezone.utc)
+    return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
+
+
+def parse_timestamp(value: Any, where: str) -> datetime:
+    if not isinstance(value, str):
+        raise InvalidParams(f"{where} must be an RFC 3339 timestamp string")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise InvalidParams(f"{where} is not an RFC 3339 timestamp: {value!r}") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed
+
+
+def state_to_wire(state: str) -> str:
+    return _STATE_TO_WIRE[state]
+
+
+def parse_state(value: Any, where: str) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value in _STATE_NUMBERS:
+        return _STATE_NUMBERS[value]
+    if isinstance(value, str) and value in _WIRE_TO_STATE:
+        return _WIRE_TO_STATE[value]
+    raise InvalidParams(f"{where} must be a TaskState such as TASK_STATE_WORKING, got {value!r}")
+
+
+def _opt_str(obj: dict, key: str, where: str) -> str | None:
+    value = get(obj, key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidParams(f"{where}.{key} must be a string")
+    return value
+
+
+def _opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
+    value = get(obj, key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidParams(f"{where}.{key} must be an object")
+    return value
+
+
+def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
+    value = get(obj, key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidParams(f"{where}.{key} must be a list of strings")
+    return value
+
+
+def opt_str(obj: dict, key: str, where: str) -> str | None:
+    return _opt_str(obj, key, where)
+
+
+def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
+    return _opt_obj(obj, key, where)
+
+
+def opt_int(obj: dict, key: str, where: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+    value = get(obj, key)
+    if value is None:
+        return None
+    # ProtoJSON allows int32 as a JSON number or a decimal string.
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParams(f"{where}.{key} must be an integer")
+    if minimum is not None and value < minimum:
+        raise InvalidParams(f"{where}.{key} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise InvalidParams(f"{where}.{key} must be at most {maximum}, got {value}")
+    return value
+
+
+def opt_bool(obj: dict, key: str, where: str) -> bool | None:
+    value = get(obj, key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise InvalidParams(f"{where}.{key} must be true or false")
+    return value
+
+
+# --- parts -----------------------------------------------------------------------------
+
+def decode_part(obj: Any, where: str) -> P.Part:
+    if not isinstance(obj, dict):
+        raise InvalidParams(f"{where} must be an object")
+    present = [k for k in ("text", "raw", "url", "data") if k in obj]
+    if len(present) != 1:
+        raise InvalidParams(f"{where} must have exactly one of text, raw, url or data")
+    kind = present[0]
+    if kind == "text":
+        if not isinstance(obj["text"], str):
+            raise InvalidParams(f"{where}.text must be a string")
+        part: P.Part = {"type": "text", "text": obj["text"]}
+    elif kind == "data":
+        part = {"type": "data", "data": obj["data"]}
+    else:
+        value = obj[kind]
+        if not isinstance(value, str):
+            raise InvalidParams(f"{where}.{kind} must be a string")
+        if kind == "raw":
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise InvalidParams(f"{where}.raw must be base64") from None
+            part = {"type": "file", "bytes": value}
+        else:
+            if not value:
+                raise InvalidParams(f"{where}.url must not be empty")
+            part = {"type": "file", "uri": value}
+    media_type = _opt_str(obj, "mediaType", where)
+    filename = _opt_str(obj, "filename", where)
+    if media_type:
+        part["media_type"] = media_type
+    if filename:
+        part["name"] = filename
+    metadata = _opt_obj(obj, "metadata", where)
+    if metadata:
+        part["metadata"] = metadata
+    return part
+
+
+def encode_part(part: P.Part) -> dict[str, Any]:
+    kind = part["type"]
+    if kind == "text":
+        out: dict[str, Any] = {"text": part["text"]}
+    elif kind == "data":
+        out = {"data": part["data"]}
+    elif "bytes" in part:
+        out = {"raw": part["bytes"]}
+    else:
+        out = {"url": part["uri"]}
+    if part.get("media_type"):
+        out["mediaType"] = part["media_type"]
+    if part.get("name"):
+        out["filename"] = part["name"]
+    if part.get("metadata"):
+        out["metadata"] = part["metadata"]
+    return out
+
+
+# --- messages, tasks, artifacts ---------------------------------------------------------
+
+def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
+    if not isinstance(obj, dict):
+        raise InvalidParams(f"{where} must be an object")
+    message_id = get(obj, "messageId")
+    if not isinstance(message_id, str) or not message_id:
+        raise InvalidParams(f"{where}.messageId is required and must be a non-empty string")
+    role = _ROLES.get(obj.get("role"))
+    if role is None:
+        raise InvalidParams(f"{where}.role must be ROLE_USER or ROLE_AGENT")
+    raw_parts = get(obj, "parts")
+    if not isinstance(raw_parts, list) or not raw_parts:
+        raise InvalidParams(f"{where}.parts must be a non-empty list")
+    return NewMessage(
+        message_id=message_id,
+        role=role,
+        parts=[decode_part(p, f"{where}.parts[{i}]") for i, p in enumerate(raw_parts)],
+        metadata=_opt_obj(obj, "metadata", where),
+        extensions=opt_str_list(obj, "extensions", where),
+        reference_task_ids=opt_str_list(obj, "referenceTaskIds", where),
+        context_id=_opt_str(obj, "contextId", where) or None,
+        task_id=_opt_str(obj, "taskId", where) or None,
+    )
+
+
+def encode_message(m: MessageView) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "messageId": m.message_id,
+        "contextId": m.context_id,
+        "taskId": m.task_id,
+        "role": _ROLE_TO_WIRE[m.role],
+        "parts": [encode_part(p) for p in m.parts],
+    }
+    if m.metadata:
+        out["metadata"] = m.metadata
+    if m.extensions:
+        out["extensions"] = m.extensions
+    if m.reference_task_ids:
+        out["referenceTaskIds"] = m.reference_task_ids
+    return out
+
+
+def encode_bare_message(m: MessageView) -> dict[str, Any]:
+    """A reply that is not part of a task, as the client sees it: no taskId."""
+    out = encode_message(m)
+    out.pop("taskId", None)
+    return out
+
+
+def encode_artifact(a: ArtifactView) -> dict[str, Any]:
+    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
+    if a.name:
+        out["name"] = a.name
+    if a.description:
+        out["description"] = a.description
+    if a.metadata:
+        out["metadata"] = a.metadata
+    if a.extensions:
+        out["extensions"] = a.extensions
+    return out
+
+
+def encode_status(state: str, message: MessageView | None, at: datetime) -> dict[str, Any]:
+    out: dict[str, Any] = {"state": state_to_wire(state), "timestamp": timestamp(at)}
+    if message is not None:
+        out["message"] = encode_message(message)
+    return out
+
+
+def encode_task(t: TaskView, *, include_artifacts: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": t.id,
+        "contextId": t.context_id,
+        "status": encode_status(t.state, t.status_message, t.status_timestamp),
+    }
+    if include_artifacts and t.artifacts:
+        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
+    if t.history:
+        out["history"] = [encode_message(m) for m in t.history]
+    metadata = dict(t.metadata)
+    if t.state == TaskState.AWAITING_COMPLETION:
+        metadata["aipState"] = t.state
+    if metadata:
+        out["metadata"] = metadata
+    return out

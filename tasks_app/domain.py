@@ -1,0 +1,92 @@
+"""Plain values that cross the boundary between dialects, services and executors.
+
+Dialect codecs decode requests into these; services take them; executors see them
+through `AgentContext`. None of them is an ORM object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .parts import Part
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    """A message as it arrives, before it is stored."""
+
+    message_id: str
+    role: str
+    parts: list[Part]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    extensions: list[str] = field(default_factory=list)
+    reference_task_ids: list[str] = field(default_factory=list)
+    context_id: str | None = None
+    task_id: str | None = None
+    command: str = ""
+    command_params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class MessageView:
+    message_id: str
+    role: str
+    parts: list[Part]
+    context_id: str
+    task_id: str
+    metadata: dict[str, Any]
+    extensions: list[str]
+    reference_task_ids: list[str]
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "role": self.role,
+            "parts": self.parts,
+            "context_id": self.context_id,
+            "task_id": self.task_id,
+            "metadata": self.metadata,
+            "extensions": self.extensions,
+            "reference_task_ids": self.reference_task_ids,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> MessageView:
+        return cls(**payload)
+
+
+@dataclass(frozen=True)
+class ArtifactView:
+    artifact_id: str
+    name: str
+    description: str
+    parts: list[Part]
+    metadata: dict[str, Any]
+    extensions: list[str]
+
+    def as_payload(self) -> dict[str, Any]:
+        return {
+            "artifact_id": self.artifact_id,
+            "name": self.name,
+            "description": self.description,
+            "parts": self.parts,
+            "metadata": self.metadata,
+            "extensions": self.extensions,
+        }
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task as a reader sees it: what every dialect encodes."""
+
+    id: str
+    context_id: str
+    state: str
+    status_message: MessageView | None
+    status_timestamp: datetime
+    history: list[MessageView]
+    artifacts: list[ArtifactView]
+    metadata: dict[str, Any]
+    reply_only: bool = False

@@ -1,0 +1,67 @@
+"""Errors of the task domain. Each dialect maps them to its own codes and shapes;
+the A2A code and ErrorInfo reason are kept here because A2A 1.0 is the reference."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    code: int = -32603
+    reason: str | None = None
+    default_message = "internal error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.default_message
+        super().__init__(self.message)
+
+
+class TaskNotFound(DomainError):
+    code, reason, default_message = -32001, "TASK_NOT_FOUND", "task not found"
+
+
+class TaskNotCancelable(DomainError):
+    code, reason, default_message = -32002, "TASK_NOT_CANCELABLE", "task cannot be canceled in its current state"
+
+
+class PushNotificationNotSupported(DomainError):
+    code, reason, default_message = (
+        -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", "push notifications are not supported by this agent",
+    )
+
+
+class UnsupportedOperation(DomainError):
+    code, reason, default_message = -32004, "UNSUPPORTED_OPERATION", "operation not supported"
+
+
+class ContentTypeNotSupported(DomainError):
+    code, reason, default_message = -32005, "CONTENT_TYPE_NOT_SUPPORTED", "content type not supported"
+
+
+class InvalidAgentResponse(DomainError):
+    code, reason, default_message = -32006, "INVALID_AGENT_RESPONSE", "the agent gave an invalid response"
+
+
+class ExtendedAgentCardNotConfigured(DomainError):
+    code, reason, default_message = (
+        -32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", "no extended agent card is configured",
+    )
+
+
+class ExtensionSupportRequired(DomainError):
+    code, reason, default_message = -32008, "EXTENSION_SUPPORT_REQUIRED", "a required extension was not requested"
+
+
+class VersionNotSupported(DomainError):
+    code, reason, default_message = -32009, "VERSION_NOT_SUPPORTED", "protocol version not supported"
+
+
+class InvalidParams(DomainError):
+    code, default_message = -32602, "invalid params"
+
+
+class TaskClosed(Exception):
+    """Raised into an executor whose task reached a terminal state (canceled, timed out)
+    behind its back: the executor should stop; nothing it would write is kept."""
+
+
+class InvalidTransition(Exception):
+    """An executor asked for a state change the state machine does not allow."""

@@ -1,0 +1,112 @@
+"""The agent-logic API. An executor sees only an `AgentContext`: the incoming message, the
+history and the context id, and verbs that report progress. Every verb is a service call,
+so each one is persisted, logged as an event and visible to readers before it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from .. import parts as P
+from .. import selectors, services
+from ..domain import MessageView
+from ..errors import TaskClosed
+from ..lifecycle import SETTLED, TERMINAL, Role, TaskState
+
+Content = str | list[P.Part] | None
+
+
+@dataclass
+class AgentContext:
+    task_id: str
+    context_id: str
+    message: MessageView
+    history: list[MessageView]
+    settings: dict[str, Any] = field(default_factory=dict)
+    accepted_output_modes: list[str] = field(default_factory=list)
+    run_token: Any = None
+    settled: bool = False
+
+    @property
+    def text(self) -> str:
+        """The incoming message's text parts, joined."""
+        return P.plain_text(self.message.parts)
+
+    @property
+    def user_texts(self) -> list[str]:
+        """Text of every user message of this task so far, oldest first."""
+        return [P.plain_text(m.parts) for m in self.history if m.role == Role.USER]
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the task was canceled (or otherwise closed) behind the executor's back."""
+        row = selectors.task_state(self.task_id)
+        return row is None or row[0] in TERMINAL
+
+    def _move(self, state: str, content: Content, reason: str = "") -> None:
+        services.task_transition(
+            task_id=self.task_id, state=state, parts=P.coerce(content), reason=reason, run_token=self.run_token
+        )
+        self.settled = state in SETTLED
+
+    def working(self, msg: Content = None) -> None:
+        self._move(TaskState.WORKING, msg)
+
+    def artifact(
+        self,
+        parts: Content,
+        *,
+        name: str = "",
+        artifact_id: str | None = None,
+        description: str = "",
+        append: bool = False,
+        last_chunk: bool = False,
+        metadata: dict[str, Any] | None = None,
+    ) -> str:
+        """Add an artifact (or, with append=True and the same artifact_id, a chunk of one)."""
+        return services.artifact_append(
+            task_id=self.task_id, parts=P.coerce(parts), artifact_id=artifact_id, name=name,
+            description=description, metadata=metadata, append=append, last_chunk=last_chunk,
+            run_token=self.run_token,
+        )
+
+    def require_input(self, msg: Content) -> None:
+        self._move(TaskState.INPUT_REQUIRED, msg)
+
+    def require_auth(self, msg: Content) -> None:
+        self._move(TaskState.AUTH_REQUIRED, msg)
+
+    def complete(self, msg: Content = None) -> None:
+        self._move(TaskState.COMPLETED, msg)
+
+    def fail(self, msg: Content) -> None:
+        self._move(TaskState.FAILED, msg)
+
+    def reject(self, msg: Content) -> None:
+        self._move(TaskState.REJECTED, msg)
+
+    def reply(self, message: Content, *, metadata: dict[str, Any] | None = None) -> None:
+        """Answer with a bare Message instead of a task (A2A's message-only agents)."""
+        services.task_reply(task_id=self.task_id, parts=P.coerce(message), run_token=self.run_token, metadata=metadata)
+        self.settled = True
+
+
+class Executor:
+    """Subclass, set `name`, implement `execute`, and decorate with `@register`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+
+    def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+REGISTRY: dict[str, type[Executor]] = {}
+
+
+def register(cls: type[Executor]) -> type[Executor]:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+__all__ = ["AgentContext", "Executor", "REGISTRY", "register", "TaskClosed"]

@@ -1,0 +1,100 @@
+"""The agent the official A2A conformance suite (a2a-tck) expects: it chooses its behaviour
+by the prefix of the incoming messageId."""
+
+import time
+
+from .. import parts as P
+from .base import AgentContext, Executor, register
+
+FILE_BYTES = b"Generated file content"
+
+
+def _complete(ctx: AgentContext) -> None:
+    ctx.complete("Hello from TCK")
+
+
+def _input_required(ctx: AgentContext) -> None:
+    ctx.require_input("Please provide more input")
+
+
+def _message(ctx: AgentContext) -> None:
+    ctx.reply("Direct message response")
+
+
+def _reject(ctx: AgentContext) -> None:
+    ctx.reject("Rejected by the TCK agent")
+
+
+def _artifact_then_complete(parts: list[P.Part], name: str):
+    def run(ctx: AgentContext) -> None:
+        ctx.artifact(parts, name=name)
+        ctx.complete()
+    return run
+
+
+def _stream_then_complete(parts: list[P.Part], name: str):
+    def run(ctx: AgentContext) -> None:
+        ctx.working()
+        ctx.artifact(parts, name=name, last_chunk=True)
+        ctx.complete()
+    return run
+
+
+def _stream_completed_only(ctx: AgentContext) -> None:
+    ctx.complete()
+
+
+def _chunked(ctx: AgentContext) -> None:
+    artifact_id = ctx.artifact([P.text("chunk-1 ")], name="chunked", append=True)
+    ctx.artifact([P.text("chunk-2")], artifact_id=artifact_id, name="chunked", append=True, last_chunk=True)
+    ctx.complete()
+
+
+def _slow(ctx: AgentContext) -> None:
+    ctx.working()
+    for _ in range(40):
+        if ctx.cancelled:
+            return
+        time.sleep(0.1)
+    ctx.complete()
+
+
+TEXT = [P.text("Generated text content")]
+FILE = [P.file_bytes(FILE_BYTES, media_type="text/plain", name="output.txt")]
+FILE_URL = [P.file_uri("https://example.com/output.txt", media_type="text/plain", name="output.txt")]
+DATA = [P.data({"key": "value", "count": 42})]
+
+BEHAVIOURS = {
+    "tck-complete-task": _complete,
+    "tck-input-required": _input_required,
+    "tck-message-response": _message,
+    "tck-reject-task": _reject,
+    "tck-artifact-text": _artifact_then_complete(TEXT, "text-artifact"),
+    "tck-artifact-file": _artifact_then_complete(FILE, "file-artifact"),
+    "tck-artifact-file-url": _artifact_then_complete(FILE_URL, "file-url-artifact"),
+    "tck-artifact-data": _artifact_then_complete(DATA, "data-artifact"),
+    "tck-stream-001": _stream_then_complete(TEXT, "stream-artifact"),
+    "tck-stream-003": _stream_then_complete(TEXT, "stream-artifact"),
+    "tck-stream-ordering-001": _stream_then_complete(TEXT, "stream-artifact"),
+    "tck-stream-artifact-text": _stream_then_complete(TEXT, "stream-artifact"),
+    "tck-stream-artifact-file": _stream_then_complete(FILE, "stream-file-artifact"),
+    "tck-stream-002": _stream_completed_only,
+    "tck-stream-artifact-chunked": _chunked,
+    "test-resubscribe-message-id": _slow,
+}
+# Longest prefix first: "tck-artifact-file-url-…" must not be taken for "tck-artifact-file".
+_PREFIXES = sorted(BEHAVIOURS, key=len, reverse=True)
+
+
+@register
+class ConformanceExecutor(Executor):
+    name = "conformance"
+    description = "Behaves as the A2A conformance suite expects, by messageId prefix."
+
+    def execute(self, ctx: AgentContext) -> None:
+        message_id = ctx.message.message_id
+        for prefix in _PREFIXES:
+            if message_id.startswith(prefix):
+                BEHAVIOURS[prefix](ctx)
+                return
+        ctx.complete("Hello from TCK")

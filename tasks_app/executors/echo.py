@@ -1,0 +1,38 @@
+import time
+
+from .base import AgentContext, Executor, register
+
+
+def _int(metadata: dict, key: str, default: int) -> int:
+    try:
+        return int(metadata.get(key, default))
+    except (TypeError, ValueError):
+        return default
+
+
+@register
+class EchoExecutor(Executor):
+    """Answers every message with an artifact "echo: <text>", then completes.
+
+    Same semantics as the benchmark peer on the official SDK, so the two compare fairly:
+    metadata `benchChunks` K streams K appended chunks (after a `working` status) and
+    `benchDelayMs` D sleeps D ms before each chunk.
+    """
+
+    name = "echo"
+    description = "Echoes the text it is sent."
+
+    def execute(self, ctx: AgentContext) -> None:
+        chunks = max(1, _int(ctx.message.metadata, "benchChunks", 1))
+        delay = _int(ctx.message.metadata, "benchDelayMs", 0) / 1000
+        if chunks > 1:
+            ctx.working()
+        artifact_id = f"echo-{ctx.task_id}"
+        for i in range(chunks):
+            if delay:
+                time.sleep(delay)
+            ctx.artifact(
+                "echo: " + ctx.text, artifact_id=artifact_id, name="echo",
+                append=i > 0, last_chunk=i == chunks - 1,
+            )
+        ctx.complete()

@@ -1,0 +1,168 @@
+"""Wake-up hints: "task X changed, read it again".
+
+The database is the truth; a hint only shortens a wait. Writers publish after commit (Redis
+PUBLISH, and an in-process fan-out so the same process wakes at once, also when there is no
+Redis); each web process keeps one Redis pattern subscription and wakes its local waiters.
+A waiter always re-reads the database and also re-reads every `HINT_FALLBACK_POLL` seconds,
+so a lost hint costs at most that long, never an update.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import weakref
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import redis
+import redis.asyncio as aioredis
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+CHANNEL_PREFIX = "agentserver:task:"
+
+_sync_client: redis.Redis | None = None
+_sync_lock = threading.Lock()
+
+
+def _redis() -> redis.Redis | None:
+    global _sync_client
+    if not settings.REDIS_URL:
+        return None
+    if _sync_client is None:
+        with _sync_lock:
+            if _sync_client is None:
+                _sync_client = redis.Redis.from_url(
+                    settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30
+                )
+    return _sync_client
+
+
+def publish(task_id: str) -> None:
+    """Tell every process that `task_id` changed. Call only after the change committed."""
+    task_id = str(task_id)
+    for listener in list(_listeners):
+        listener.wake_threadsafe(task_id)
+    client = _redis()
+    if client is not None:
+        try:
+            client.publish(CHANNEL_PREFIX + task_id, b"1")
+        except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
+            log.warning("hint for task %s not published: %s", task_id, exc)
+
+
+class Watch:
+    """One waiter's view of one task: `wait()` returns when a hint came or the timeout passed."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def _wake(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(self._event.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+
+class Listener:
+    """The per-event-loop subscriber: one Redis connection for all waiters of a process."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.watches: dict[str, set[Watch]] = {}
+        self._started = False
+        self._ready = asyncio.Event()
+        self._runner: asyncio.Task | None = None
+
+    def wake_threadsafe(self, task_id: str) -> None:
+        if task_id in self.watches and not self.loop.is_closed():
+            try:
+                self.loop.call_soon_threadsafe(self._wake, task_id)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+
+    def _wake(self, task_id: str) -> None:
+        for watch in self.watches.get(task_id, ()):
+            watch._wake()
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            if settings.REDIS_URL:
+                self._runner = asyncio.ensure_future(self._run())
+            else:
+                self._ready.set()
+        if not self._ready.is_set():
+            # Waiting for the subscription makes "subscribe, then read the database" hold;
+            # if Redis is slow or down, polling covers the gap.
+            try:
+                await asyncio.wait_for(self._ready.wait(), 1.0)
+            except TimeoutError:
+                pass
+
+    async def _run(self) -> None:
+        backoff = 0.2
+        while True:
+            client = aioredis.Redis.from_url(settings.REDIS_URL)
+            try:
+                async with client.pubsub() as pubsub:
+                    await pubsub.psubscribe(CHANNEL_PREFIX + "*")
+                    backoff = 0.2
+                    while True:
+                        message = await pubsub.get_message(ignore_subscribe_messages=False, timeout=30)
+                        if message is None:
+                            continue
+                        if message["type"] == "psubscribe":
+                            self._ready.set()
+                        elif message["type"] == "pmessage":
+                            self._wake(message["channel"].decode()[len(CHANNEL_PREFIX):])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - keep listening whatever went wrong
+                log.warning("hint listener lost Redis (%s); retrying in %.1fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                await client.aclose()
+
+    @asynccontextmanager
+    async def watch(self, task_id: str) -> AsyncIterator[Watch]:
+        watch = Watch()
+        self.watches.setdefault(task_id, set()).add(watch)
+        try:
+            await self.start()
+            yield watch
+        finally:
+            waiting = self.watches.get(task_id)
+            if waiting is not None:
+                waiting.discard(watch)
+                if not waiting:
+                    del self.watches[task_id]
+
+
+_listeners: weakref.WeakSet[Listener] = weakref.WeakSet()
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Listener] = weakref.WeakKeyDictionary()
+
+
+def listener() -> Listener:
+    loop = asyncio.get_running_loop()
+    current = _by_loop.get(loop)
+    if current is None:
+        current = Listener(loop)
+        _by_loop[loop] = current
+        _listeners.add(current)
+    return current
+
+
+def watch(task_id: str):
+    """`async with hints.watch(task_id) as w: ... await w.wait(timeout)`."""
+    return listener().watch(str(task_id))

@@ -1,0 +1,77 @@
+"""JSON-RPC 2.0 envelopes: parse a request body, build results and errors.
+
+Faults of the envelope get the standard codes (-32700 parse, -32600 invalid request,
+-32601 unknown method, -32602 bad params, -32603 internal); domain errors carry their A2A
+code and a google.rpc.ErrorInfo in `data`, as A2A 1.0 §9.5 asks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import DomainError
+
+ERROR_DOMAIN = "a2a-protocol.org"
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+class EnvelopeError(Exception):
+    def __init__(self, code: int, message: str, request_id: Any = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.request_id = code, message, request_id
+
+
+@dataclass(frozen=True)
+class Request:
+    id: Any
+    method: str
+    params: dict[str, Any]
+
+
+def parse(body: bytes) -> Request:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise EnvelopeError(PARSE_ERROR, f"request body is not valid JSON: {exc}") from None
+    if isinstance(obj, list):
+        raise EnvelopeError(INVALID_REQUEST, "batch requests are not supported; send one request per call")
+    if not isinstance(obj, dict):
+        raise EnvelopeError(INVALID_REQUEST, "a JSON-RPC request must be a JSON object")
+    request_id = obj.get("id")
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+        raise EnvelopeError(INVALID_REQUEST, "id must be a string, a number or null")
+    if obj.get("jsonrpc") != "2.0":
+        raise EnvelopeError(INVALID_REQUEST, 'jsonrpc must be exactly "2.0"', request_id)
+    method = obj.get("method")
+    if not isinstance(method, str) or not method:
+        raise EnvelopeError(INVALID_REQUEST, "method must be a non-empty string", request_id)
+    params = obj.get("params", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise EnvelopeError(INVALID_PARAMS, "params must be an object", request_id)
+    return Request(id=request_id, method=method, params=params)
+
+
+def result(request_id: Any, value: Any) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+
+def error(request_id: Any, code: int, message: str, reason: str | None = None) -> bytes:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if reason:
+        err["data"] = [{"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ERROR_DOMAIN}]
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": err})
+
+
+def domain_error(request_id: Any, exc: DomainError) -> bytes:
+    return error(request_id, exc.code, exc.message, exc.reason)

@@ -1,0 +1,182 @@
+"""The task store: every task, status change, message, artifact and event, in one schema
+that every dialect (A2A 1.0/0.3/0.1, ACPs AIP) reads and writes through `services`."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from registry.models import Agent, Tenant
+
+from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
+
+_STATE_IS_VALID = Q(state__in=TaskState.values)
+
+
+class Task(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tasks")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
+    owner = models.CharField(max_length=150, help_text="The principal that created the task and alone may see it.")
+    # A2A 0.1 and AIP let the client choose the task id; A2A 0.3/1.0 never do.
+    client_task_id = models.CharField(max_length=200, null=True, blank=True)
+    context_id = models.CharField(max_length=200, help_text="A2A contextId; A2A 0.1 sessionId; AIP session.")
+    dialect = models.CharField(max_length=16, choices=Dialect.choices, help_text="The dialect that created it.")
+    state = models.CharField(max_length=24, choices=TaskState.choices, default=TaskState.SUBMITTED)
+    status_message = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status_timestamp = models.DateTimeField()
+    # The agent answered with a bare Message: to the client this exchange was never a task.
+    reply_only = models.BooleanField(default=False)
+    failure = models.CharField(max_length=24, choices=Failure.choices, blank=True, default=Failure.NONE)
+    last_seq = models.PositiveIntegerField(default=0, help_text="seq of the newest TaskEvent.")
+    metadata = models.JSONField(default=dict, blank=True)
+    accepted_output_modes = models.JSONField(default=list, blank=True)
+    # The pending or running unit of work. Each client message that needs the agent gets a
+    # fresh token; a worker claims it by compare-and-set on (token, claimed_at is null).
+    run_token = models.UUIDField(null=True, blank=True)
+    run_requested_at = models.DateTimeField(null=True, blank=True)
+    run_claimed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=_STATE_IS_VALID, name="tasks_task_state_valid"),
+            models.UniqueConstraint(
+                fields=["agent", "owner", "client_task_id"],
+                condition=Q(client_task_id__isnull=False),
+                name="tasks_task_unique_client_task_id",
+            ),
+            models.CheckConstraint(
+                condition=Q(run_claimed_at__isnull=True) | Q(run_token__isnull=False),
+                name="tasks_task_claim_needs_run",
+            ),
+            models.CheckConstraint(
+                condition=Q(reply_only=False) | Q(state=TaskState.COMPLETED),
+                name="tasks_task_reply_only_is_completed",
+            ),
+            models.CheckConstraint(
+                condition=Q(failure="") | Q(state=TaskState.FAILED),
+                name="tasks_task_failure_means_failed",
+            ),
+        ]
+        indexes = [
+            # ListTasks: one caller's tasks of one agent, newest status first, keyset on (ts, id).
+            models.Index(fields=["agent", "owner", "-status_timestamp", "-id"], name="tasks_task_list"),
+            # ListTasks filtered by contextId.
+            models.Index(fields=["agent", "owner", "context_id", "-status_timestamp"], name="tasks_task_list_ctx"),
+            # The sweeper: committed work that no worker has claimed yet.
+            models.Index(
+                fields=["run_requested_at"],
+                condition=Q(run_token__isnull=False, run_claimed_at__isnull=True),
+                name="tasks_task_unclaimed",
+            ),
+            # The sweeper: claimed runs still active (to find ones whose worker died).
+            models.Index(
+                fields=["run_claimed_at"],
+                condition=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_claimed_at__isnull=False),
+                name="tasks_task_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state})"
+
+
+class Message(models.Model):
+    """One message of a task's history, from the user (AIP leader) or the agent (AIP partner)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
+    message_id = models.CharField(max_length=200, help_text="The sender's messageId; not unique by design.")
+    context_id = models.CharField(max_length=200)
+    role = models.CharField(max_length=8, choices=Role.choices)
+    parts = models.JSONField(help_text="Canonical parts (see tasks_app.parts).")
+    metadata = models.JSONField(default=dict, blank=True)
+    extensions = models.JSONField(default=list, blank=True)
+    reference_task_ids = models.JSONField(default=list, blank=True)
+    # AIP: leader messages carry a command (start, continue, cancel, complete, get) and parameters.
+    command = models.CharField(max_length=32, blank=True, default="")
+    command_params = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="tasks_message_role_valid"),
+        ]
+        indexes = [
+            # History of a task in order (the pk is monotonic per insert).
+            models.Index(fields=["task", "id"], name="tasks_message_history"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} message {self.message_id}"
+
+
+class StatusChange(models.Model):
+    """Every state transition of a task: the status history (AIP `statusHistory`)."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="status_changes")
+    state = models.CharField(max_length=24, choices=TaskState.choices)
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.TextField(blank=True, default="", help_text="Why, when the server itself made the change.")
+    timestamp = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=_STATE_IS_VALID, name="tasks_statuschange_state_valid"),
+        ]
+        indexes = [models.Index(fields=["task", "id"], name="tasks_statuschange_history")]
+
+    def __str__(self) -> str:
+        return f"{self.state} at {self.timestamp:%Y-%m-%d %H:%M:%S}"
+
+
+class Artifact(models.Model):
+    """An output of a task (AIP `products`); streamed chunks append to its parts."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    artifact_id = models.CharField(max_length=200)
+    name = models.CharField(max_length=300, blank=True, default="")
+    description = models.TextField(blank=True, default="")
+    parts = models.JSONField(default=list)
+    metadata = models.JSONField(default=dict, blank=True)
+    extensions = models.JSONField(default=list, blank=True)
+    complete = models.BooleanField(default=False, help_text="The last chunk has arrived.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "artifact_id"], name="tasks_artifact_unique_per_task"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or self.artifact_id
+
+
+class TaskEvent(models.Model):
+    """The per-task event log that streaming, replay and push read, in `seq` order.
+
+    `seq` is allocated under the task's row lock (Task.last_seq + 1), never from a global
+    sequence: global sequences commit out of order, and a reader of `id > last` would skip rows.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=EventKind.choices)
+    payload = models.JSONField(help_text="The event in domain form; each dialect encodes it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "seq"], name="tasks_taskevent_unique_seq"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="tasks_taskevent_seq_positive"),
+            models.CheckConstraint(condition=Q(kind__in=EventKind.values), name="tasks_taskevent_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.seq} {self.kind}"

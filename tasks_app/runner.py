@@ -1,0 +1,71 @@
+"""Runs one unit of agent work: claim it, build the AgentContext, call the executor,
+and turn whatever goes wrong into a failed task with a reason (never a stuck one)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+
+from . import selectors, services
+from .errors import InvalidTransition, TaskClosed
+from .executors import AgentContext, executor_for
+from .lifecycle import Failure, Role
+from .parts import PartError
+
+log = logging.getLogger(__name__)
+
+
+def run(*, task_id: Any, run_token: Any) -> str:
+    """Returns what happened, for logs and tests: claimed elsewhere, gone, done, failed."""
+    run_token = uuid.UUID(str(run_token))  # Celery hands it over as a string
+    if not services.run_claim(task_id=task_id, run_token=run_token):
+        return "not-claimed"
+    loaded = selectors.run_inputs(task_id)
+    if loaded is None:
+        return "gone"
+    task, history = loaded
+    executor = executor_for(task.agent.executor)
+    if executor is None:
+        services.run_fail(task_id=task_id, run_token=run_token,
+                          failure=Failure.MISCONFIGURED,
+                          reason=f"the agent is misconfigured: no executor named {task.agent.executor!r}")
+        return "failed"
+    latest_user = next((m for m in reversed(history) if m.role == Role.USER), None)
+    ctx = AgentContext(
+        task_id=str(task.pk),
+        context_id=task.context_id,
+        message=latest_user,
+        history=history,
+        settings=task.agent.settings or {},
+        accepted_output_modes=task.accepted_output_modes,
+        run_token=task.run_token,
+    )
+    try:
+        executor.execute(ctx)
+    except TaskClosed:
+        return "closed"
+    except SoftTimeLimitExceeded:
+        services.run_fail(task_id=task_id, run_token=run_token,
+                          failure=Failure.TIME_LIMIT,
+                          reason=f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
+        return "failed"
+    except (InvalidTransition, PartError) as exc:
+        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.INVALID_RESPONSE,
+                          reason=f"the agent gave an invalid response: {exc}")
+        return "failed"
+    except Exception as exc:  # noqa: BLE001 - an agent's bug must never leave its task hanging
+        log.exception("executor %s failed on task %s", executor.name, task_id)
+        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.AGENT_ERROR,
+                          reason=f"the agent raised {type(exc).__name__}")
+        return "failed"
+    if not ctx.settled:
+        if ctx.cancelled:  # the executor saw the cancellation and stopped, as it should
+            return "closed"
+        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.INVALID_RESPONSE,
+                          reason="the agent returned without completing the task or asking for input")
+        return "failed"
+    return "done"

@@ -1,0 +1,183 @@
+"""Every read of the task store. Callers see only their own tasks, and a task they may not
+see is indistinguishable from one that does not exist."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections import defaultdict
+from datetime import datetime
+from typing import Any, Iterable
+
+from django.db.models import Q
+
+from registry.models import Agent
+from registry.selectors import Principal
+
+from .domain import ArtifactView, MessageView, TaskView
+from .errors import InvalidParams
+from .models import Artifact, Message, StatusChange, Task, TaskEvent
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
+    if not _is_uuid(task_id):
+        return None
+    return (
+        Task.objects.select_related("status_message")
+        .filter(pk=task_id, agent=agent, owner=principal.name)
+        .first()
+    )
+
+
+def _message_view(m: Message) -> MessageView:
+    return MessageView(
+        message_id=m.message_id,
+        role=m.role,
+        parts=m.parts,
+        context_id=m.context_id,
+        task_id=str(m.task_id),
+        metadata=m.metadata,
+        extensions=m.extensions,
+        reference_task_ids=m.reference_task_ids,
+    )
+
+
+def _artifact_view(a: Artifact) -> ArtifactView:
+    return ArtifactView(
+        artifact_id=a.artifact_id, name=a.name, description=a.description,
+        parts=a.parts, metadata=a.metadata, extensions=a.extensions,
+    )
+
+
+def _view(task: Task, history: list[MessageView], artifacts: list[ArtifactView]) -> TaskView:
+    return TaskView(
+        id=str(task.id),
+        context_id=task.context_id,
+        state=task.state,
+        status_message=_message_view(task.status_message) if task.status_message_id else None,
+        status_timestamp=task.status_timestamp,
+        history=history,
+        artifacts=artifacts,
+        metadata=task.metadata,
+        reply_only=task.reply_only,
+    )
+
+
+def _history_for(task_ids: Iterable[Any], history_length: int | None) -> dict[Any, list[MessageView]]:
+    by_task: dict[Any, list[MessageView]] = defaultdict(list)
+    if history_length == 0:
+        return by_task
+    ids = list(task_ids)
+    query = Message.objects.filter(task_id__in=ids) if len(ids) > 1 else Message.objects.filter(task_id=ids[0])
+    for m in query.order_by("id"):
+        by_task[m.task_id].append(_message_view(m))
+    if history_length is not None:
+        for key, messages in by_task.items():
+            by_task[key] = messages[-history_length:]
+    return by_task
+
+
+def _artifacts_for(task_ids: Iterable[Any]) -> dict[Any, list[ArtifactView]]:
+    by_task: dict[Any, list[ArtifactView]] = defaultdict(list)
+    ids = list(task_ids)
+    query = Artifact.objects.filter(task_id__in=ids) if len(ids) > 1 else Artifact.objects.filter(task_id=ids[0])
+    for a in query.order_by("id"):
+        by_task[a.task_id].append(_artifact_view(a))
+    return by_task
+
+
+def task_view(
+    task: Task, *, history_length: int | None = None, include_artifacts: bool = True,
+    known_history: list[Message] | None = None,
+) -> TaskView:
+    """A task with its history and artifacts. `known_history` spares a query when the caller
+    just wrote the only messages there are (a brand-new task)."""
+    if known_history is not None:
+        history = [_message_view(m) for m in known_history]
+        history = [] if history_length == 0 else history[-history_length:] if history_length else history
+    else:
+        history = _history_for([task.pk], history_length).get(task.pk, [])
+    artifacts = _artifacts_for([task.pk]).get(task.pk, []) if include_artifacts else []
+    return _view(task, history, artifacts)
+
+
+def task_state(task_id: Any) -> tuple[str, bool] | None:
+    """(state, reply_only) of a task: the cheap read a waiter repeats."""
+    row = Task.objects.filter(pk=task_id).values_list("state", "reply_only").first()
+    return row
+
+
+def _encode_cursor(ts: datetime, pk: Any) -> str:
+    return base64.urlsafe_b64encode(f"{ts.isoformat()}|{pk}".encode()).decode().rstrip("=")
+
+
+def _decode_cursor(token: str) -> tuple[datetime, uuid.UUID]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        ts, pk = raw.split("|", 1)
+        return datetime.fromisoformat(ts), uuid.UUID(pk)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidParams("pageToken is not a token this server issued") from None
+
+
+def task_list(
+    *,
+    agent: Agent,
+    principal: Principal,
+    context_id: str | None = None,
+    state: str | None = None,
+    status_after: datetime | None = None,
+    page_size: int = 50,
+    page_token: str = "",
+    history_length: int | None = None,
+    include_artifacts: bool = False,
+) -> tuple[list[TaskView], str, int]:
+    """One page of the caller's tasks, newest status first: (tasks, next token or "", total)."""
+    base = Task.objects.filter(agent=agent, owner=principal.name, reply_only=False)
+    if context_id:
+        base = base.filter(context_id=context_id)
+    if state:
+        base = base.filter(state=state)
+    if status_after is not None:
+        base = base.filter(status_timestamp__gt=status_after)
+    total = base.count()
+    page = base.select_related("status_message").order_by("-status_timestamp", "-id")
+    if page_token:
+        ts, pk = _decode_cursor(page_token)
+        page = page.filter(Q(status_timestamp__lt=ts) | Q(status_timestamp=ts, id__lt=pk))
+    tasks = list(page[: page_size + 1])
+    has_more = len(tasks) > page_size
+    tasks = tasks[:page_size]
+    ids = [t.pk for t in tasks]
+    history = _history_for(ids, history_length) if ids else {}
+    artifacts = _artifacts_for(ids) if ids and include_artifacts else {}
+    views = [_view(t, history.get(t.pk, []), artifacts.get(t.pk, [])) for t in tasks]
+    next_token = _encode_cursor(tasks[-1].status_timestamp, tasks[-1].pk) if has_more else ""
+    return views, next_token, total
+
+
+def run_inputs(task_id: Any) -> tuple[Task, list[MessageView]] | None:
+    """What an executor is given: the task row (with its agent) and its whole history."""
+    task = Task.objects.select_related("agent").filter(pk=task_id).first()
+    if task is None:
+        return None
+    return task, _history_for([task.pk], None).get(task.pk, [])
+
+
+def events_after(task_id: Any, seq: int, limit: int = 500) -> list[TaskEvent]:
+    return list(TaskEvent.objects.filter(task_id=task_id, seq__gt=seq).order_by("seq")[:limit])
+
+
+def failure_reason(task: Task) -> str:
+    """Why the server failed the task, as recorded with its last status change."""
+    return (
+        StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
+    )

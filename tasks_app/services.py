@@ -1,0 +1,355 @@
+"""Every write to the task store.
+
+Each function is one short transaction: lock the task row, check the state machine, write
+the change, append its TaskEvent with the next per-task seq, and only after commit publish
+the wake-up hint and enqueue work. No network I/O and no agent code run inside.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from registry.models import Agent
+from registry.selectors import Principal
+
+from . import hints
+from .domain import MessageView, NewMessage
+from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
+from .lifecycle import INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
+from .models import Artifact, Message, StatusChange, Task, TaskEvent
+from .parts import Part
+
+log = logging.getLogger(__name__)
+
+
+def _message_view(message: Message, task_id: Any) -> MessageView:
+    return MessageView(
+        message_id=message.message_id,
+        role=message.role,
+        parts=message.parts,
+        context_id=message.context_id,
+        task_id=str(task_id),
+        metadata=message.metadata,
+        extensions=message.extensions,
+        reference_task_ids=message.reference_task_ids,
+    )
+
+
+def _status_payload(state: str, message: Message | None, at: datetime, reason: str = "") -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "state": state,
+        "timestamp": at.isoformat(),
+        "message": _message_view(message, message.task_id).as_payload() if message else None,
+    }
+    if reason:
+        payload["reason"] = reason
+    return payload
+
+
+def _event_append(*, task: Task, kind: str, payload: dict[str, Any]) -> TaskEvent:
+    """Append to the task's log. Caller holds the task's row lock and saves `last_seq`."""
+    task.last_seq += 1
+    return TaskEvent.objects.create(task=task, seq=task.last_seq, kind=kind, payload=payload)
+
+
+def _after_commit(task_id: Any) -> None:
+    transaction.on_commit(lambda: hints.publish(str(task_id)))
+
+
+def _enqueue_run(task: Task) -> None:
+    from .tasks import enqueue_run  # the Celery module imports services; import late
+
+    task_id, token, agent_id = task.id, task.run_token, task.agent_id
+    transaction.on_commit(lambda: enqueue_run(task_id=task_id, run_token=token, agent_id=agent_id))
+
+
+def _message_store(*, task: Task, message: NewMessage, context_id: str) -> Message:
+    return Message.objects.create(
+        task=task,
+        message_id=message.message_id,
+        context_id=context_id,
+        role=message.role,
+        parts=message.parts,
+        metadata=message.metadata,
+        extensions=message.extensions,
+        reference_task_ids=message.reference_task_ids,
+        command=message.command,
+        command_params=message.command_params,
+    )
+
+
+def _set_status(
+    *, task: Task, state: str, message: Message | None, at: datetime, reason: str = ""
+) -> None:
+    """Record a transition on a locked task (the caller saves the task)."""
+    StatusChange.objects.create(task=task, state=state, message=message, reason=reason, timestamp=at)
+    task.state = state
+    task.status_message = message
+    task.status_timestamp = at
+    _event_append(task=task, kind=EventKind.STATUS, payload=_status_payload(state, message, at, reason))
+
+
+def message_receive(
+    *,
+    agent: Agent,
+    principal: Principal,
+    message: NewMessage,
+    dialect: str = Dialect.A2A_1_0,
+    accepted_output_modes: list[str] | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[Task, Message]:
+    """A client's message: start a task, or continue an interrupted one, and queue the agent.
+
+    The rules are A2A's (spec 001 and the 1.0 spec §3.4): the server chooses task ids;
+    a message without a context gets a new one; a follow-up naming only the task takes the
+    task's context; a context that contradicts the task is refused; terminal tasks are closed.
+    """
+    if message.role != Role.USER:
+        raise InvalidParams("message.role must be the user's role")
+    now = timezone.now()
+    with transaction.atomic():
+        if message.task_id:
+            task = _task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
+            if message.context_id and message.context_id != task.context_id:
+                raise InvalidParams(
+                    f"contextId {message.context_id!r} does not match the context of task {task.id}"
+                )
+            if task.state in TERMINAL:
+                raise UnsupportedOperation(
+                    f"task {task.id} is {task.state}; a task in a terminal state accepts no more messages"
+                )
+            if task.state not in INTERRUPTED:
+                raise UnsupportedOperation(
+                    f"task {task.id} is {task.state}; send a follow-up once it asks for input"
+                )
+            stored = _message_store(task=task, message=message, context_id=task.context_id)
+            task.accepted_output_modes = accepted_output_modes or []
+            _run_request(task, now)
+            _set_status(task=task, state=TaskState.SUBMITTED, message=None, at=now)
+            task.save()
+        else:
+            # A new task is written in four inserts and no update: this is the hot path.
+            task = Task(
+                tenant_id=agent.tenant_id,
+                agent=agent,
+                owner=principal.name,
+                context_id=message.context_id or str(uuid.uuid4()),
+                dialect=dialect,
+                state=TaskState.SUBMITTED,
+                status_timestamp=now,
+                metadata=metadata or {},
+                accepted_output_modes=accepted_output_modes or [],
+                last_seq=1,
+            )
+            _run_request(task, now)
+            task.save(force_insert=True)
+            stored = _message_store(task=task, message=message, context_id=task.context_id)
+            StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
+            TaskEvent.objects.create(
+                task=task, seq=1, kind=EventKind.STATUS, payload=_status_payload(TaskState.SUBMITTED, None, now)
+            )
+        _enqueue_run(task)
+        _after_commit(task.id)
+    return task, stored
+
+
+def _run_request(task: Task, now: datetime) -> None:
+    """Ask for a fresh run of the agent: a new token that exactly one worker can claim."""
+    task.run_token = uuid.uuid4()
+    task.run_requested_at = now
+    task.run_claimed_at = None
+
+
+def _task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
+    try:
+        uuid.UUID(str(task_id))
+    except ValueError:
+        raise TaskNotFound(f"task {task_id!r} not found") from None
+    task = (
+        Task.objects.select_for_update()
+        .filter(pk=task_id, agent=agent, owner=principal.name)
+        .first()
+    )
+    if task is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    return task
+
+
+def task_cancel(*, agent: Agent, principal: Principal, task_id: str, reason: str = "canceled by the client") -> Task:
+    """Cancel at once in the store; a running executor notices on its next call or poll."""
+    now = timezone.now()
+    with transaction.atomic():
+        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        if task.state in TERMINAL:
+            raise TaskNotCancelable(f"task {task.id} is already {task.state}")
+        _set_status(task=task, state=TaskState.CANCELED, message=None, at=now, reason=reason)
+        task.save()
+        _after_commit(task.id)
+    return task
+
+
+# --- Writes made on behalf of a running executor -------------------------------------
+
+
+def run_claim(*, task_id: Any, run_token: Any) -> bool:
+    """Compare-and-set: true for exactly one caller per run token, however often it is delivered."""
+    return bool(
+        Task.objects.filter(pk=task_id, run_token=run_token, run_claimed_at__isnull=True)
+        .exclude(state__in=TERMINAL)
+        .update(run_claimed_at=timezone.now())
+    )
+
+
+def _locked_for_run(task_id: Any, run_token: Any) -> Task:
+    task = Task.objects.select_for_update().filter(pk=task_id).first()
+    if task is None:
+        raise TaskClosed(f"task {task_id} no longer exists")
+    if task.state in TERMINAL:
+        raise TaskClosed(f"task {task_id} is {task.state}")
+    if run_token is not None and str(task.run_token) != str(run_token):
+        raise TaskClosed(f"task {task_id} has moved on to a newer run")
+    return task
+
+
+def _agent_message(task: Task, content: list[Part], metadata: dict[str, Any] | None = None) -> Message:
+    return Message.objects.create(
+        task=task,
+        message_id=str(uuid.uuid4()),
+        context_id=task.context_id,
+        role=Role.AGENT,
+        parts=content,
+        metadata=metadata or {},
+    )
+
+
+def task_transition(
+    *,
+    task_id: Any,
+    state: str,
+    parts: list[Part] | None = None,
+    reason: str = "",
+    failure: str = Failure.NONE,
+    run_token: Any = None,
+) -> None:
+    """Move a task to `state`, with an optional agent message as the status message."""
+    now = timezone.now()
+    with transaction.atomic():
+        task = _locked_for_run(task_id, run_token)
+        if not can_transition(task.state, state):
+            raise InvalidTransition(f"{task.state} -> {state} is not allowed")
+        message = _agent_message(task, parts) if parts else None
+        _set_status(task=task, state=state, message=message, at=now, reason=reason)
+        task.failure = failure
+        task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"])
+        _after_commit(task.id)
+
+
+def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metadata: dict | None = None) -> None:
+    """The agent answers with a bare Message. For a brand-new exchange the client sees only
+    that Message; for a task the client already holds, it completes the task with it."""
+    now = timezone.now()
+    with transaction.atomic():
+        task = _locked_for_run(task_id, run_token)
+        message = _agent_message(task, parts, metadata)
+        # Once a task has had a follow-up the client holds it as a task: it stays one.
+        task.reply_only = Message.objects.filter(task=task, role=Role.USER)[:2].count() == 1
+        _event_append(
+            task=task, kind=EventKind.MESSAGE, payload={"message": _message_view(message, task.id).as_payload()}
+        )
+        _set_status(task=task, state=TaskState.COMPLETED, message=message, at=now)
+        task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"])
+        _after_commit(task.id)
+
+
+def artifact_append(
+    *,
+    task_id: Any,
+    parts: list[Part],
+    artifact_id: str | None = None,
+    name: str = "",
+    description: str = "",
+    metadata: dict[str, Any] | None = None,
+    append: bool = False,
+    last_chunk: bool = False,
+    run_token: Any = None,
+) -> str:
+    """Add an artifact, or (append=True) add parts to an existing one. Returns its id."""
+    artifact_id = artifact_id or str(uuid.uuid4())
+    with transaction.atomic():
+        task = _locked_for_run(task_id, run_token)
+        artifact = Artifact.objects.filter(task=task, artifact_id=artifact_id).first()
+        if artifact is None:
+            artifact = Artifact.objects.create(
+                task=task, artifact_id=artifact_id, name=name, description=description,
+                parts=parts, metadata=metadata or {}, complete=last_chunk,
+            )
+        elif append:
+            artifact.parts = [*artifact.parts, *parts]
+            artifact.complete = last_chunk
+            artifact.save(update_fields=["parts", "complete", "updated_at"])
+        else:
+            artifact.parts, artifact.complete = parts, last_chunk
+            artifact.name, artifact.description = name or artifact.name, description or artifact.description
+            artifact.metadata = metadata or artifact.metadata
+            artifact.save()
+        _event_append(
+            task=task,
+            kind=EventKind.ARTIFACT,
+            payload={
+                "artifact": {
+                    "artifact_id": artifact_id, "name": artifact.name, "description": artifact.description,
+                    "parts": parts, "metadata": metadata or {}, "extensions": [],
+                },
+                "append": append,
+                "last_chunk": last_chunk,
+            },
+        )
+        task.save(update_fields=["last_seq", "updated_at"])
+        _after_commit(task.id)
+    return artifact_id
+
+
+def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) -> bool:
+    """Fail a task because its run went wrong (time limit, crash, bad executor). Quiet if already over."""
+    try:
+        task_transition(
+            task_id=task_id, state=TaskState.FAILED, parts=None, reason=reason, failure=failure, run_token=run_token
+        )
+    except TaskClosed:
+        return False
+    return True
+
+
+def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tuple[Any, Any, int]], int]:
+    """Find committed work no worker picked up (to enqueue again), and fail runs whose
+    worker vanished (claimed longer ago than the hard time limit allows)."""
+    now = timezone.now()
+    unclaimed = list(
+        Task.objects.filter(
+            run_token__isnull=False,
+            run_claimed_at__isnull=True,
+            run_requested_at__lt=now - timezone.timedelta(seconds=unclaimed_after),
+        )
+        .exclude(state__in=TERMINAL)
+        .values_list("id", "run_token", "agent_id")[:500]
+    )
+    # Touch run_requested_at so the next sweep does not enqueue them again right away.
+    if unclaimed:
+        Task.objects.filter(pk__in=[u[0] for u in unclaimed]).update(run_requested_at=now)
+    lost = Task.objects.filter(
+        state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+        run_claimed_at__lt=now - timezone.timedelta(seconds=lost_after),
+    ).values_list("id", "run_token")[:500]
+    failed = 0
+    for task_id, token in lost:
+        failed += run_fail(
+            task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason="the worker running this task was lost"
+        )
+    return unclaimed, failed
+

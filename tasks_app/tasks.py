@@ -1,0 +1,44 @@
+"""Celery tasks: thin, id-taking, safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+
+from . import runner, services
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def run_agent(task_id: str, run_token: str) -> str:
+    return runner.run(task_id=task_id, run_token=run_token)
+
+
+def enqueue_run(*, task_id: Any, run_token: Any, agent_id: Any = None) -> None:
+    """Send one run to the workers. Called after commit; if the broker is down the work stays
+    committed and unclaimed, and the sweeper sends it again."""
+    try:
+        run_agent.apply_async(
+            (str(task_id), str(run_token)),
+            soft_time_limit=settings.AGENT_SOFT_TIME_LIMIT,
+            time_limit=settings.AGENT_TIME_LIMIT,
+        )
+    except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; the sweeper recovers all
+        log.warning("could not enqueue task %s (%s); the sweeper will retry", task_id, exc)
+
+
+@shared_task(ignore_result=True)
+def sweep_stuck_work() -> dict[str, int]:
+    unclaimed, failed = services.sweep_stuck_work(
+        unclaimed_after=settings.SWEEP_UNCLAIMED_AFTER,
+        lost_after=settings.AGENT_TIME_LIMIT + 60,
+    )
+    for task_id, token, agent_id in unclaimed:
+        enqueue_run(task_id=task_id, run_token=token, agent_id=agent_id)
+    if unclaimed or failed:
+        log.info("sweeper: re-enqueued %d, failed %d lost runs", len(unclaimed), failed)
+    return {"requeued": len(unclaimed), "failed": failed}

@@ -1,0 +1,32 @@
+"""Waiting for a task to settle without holding a thread: await hints, re-read the database."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from . import hints, selectors
+from .lifecycle import SETTLED
+
+
+async def wait_until_settled(task_id: Any, *, timeout: float) -> str | None:
+    """Wait until the task is terminal or interrupted (or `timeout` passes); return its state.
+
+    The watch is registered before the first read, so a change that commits in between
+    still wakes us; and every `HINT_FALLBACK_POLL` seconds we read anyway, so a hint lost
+    on the way costs that long at most.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    async with hints.watch(str(task_id)) as watch:
+        while True:
+            row = await sync_to_async(selectors.task_state)(task_id)
+            if row is None or row[0] in SETTLED:
+                return row[0] if row else None
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return row[0]
+            await watch.wait(min(remaining, settings.HINT_FALLBACK_POLL))

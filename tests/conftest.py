@@ -1,0 +1,234 @@
+"""Shared fixtures.
+
+Two ways to exercise the server:
+- `rpc` calls the ASGI view in-process (Django's test client); agent work runs eagerly in the
+  same process once the request's transaction commits, so tests that need the agent to run
+  use `transactional_db`.
+- `live` starts daphne and a real Celery worker as subprocesses on the test database and a
+  separate Redis database: the whole flow over real HTTP, a real broker and a real worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agentserver.celery import app as celery_app
+
+ROOT = Path(__file__).resolve().parent.parent
+V1 = {"A2A-Version": "1.0"}
+
+
+@pytest.fixture(autouse=True)
+def _fast_waits(settings):
+    settings.A2A_BLOCKING_TIMEOUT = 10
+    settings.HINT_FALLBACK_POLL = 0.2
+
+
+@pytest.fixture(autouse=True)
+def _eager_agents():
+    """In-process tests run the agent right after commit, in the request's thread."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = previous
+
+
+# --- tenants, agents, keys -------------------------------------------------------------
+
+@pytest.fixture
+def tenant(db):
+    from registry.services import tenant_ensure
+
+    return tenant_ensure(slug="acme", name="Acme")
+
+
+def make_agent(tenant, slug: str, executor: str, **fields):
+    from registry.services import agent_ensure
+
+    defaults = {
+        "name": slug.title(), "description": f"The {slug} agent", "executor": executor,
+        "input_modes": ["text/plain"], "output_modes": ["text/plain"], "is_public": False,
+        "skills": [{"id": slug, "name": slug, "description": f"{slug} skill", "tags": ["test"]}],
+    }
+    defaults.update(fields)
+    return agent_ensure(tenant=tenant, slug=slug, defaults=defaults)
+
+
+@pytest.fixture
+def echo_agent(tenant):
+    return make_agent(tenant, "echo", "echo")
+
+
+@pytest.fixture
+def writer_agent(tenant):
+    return make_agent(tenant, "writer", "writer", settings={"delay": 0})
+
+
+@pytest.fixture
+def conformance_agent(tenant):
+    return make_agent(tenant, "conformance", "conformance", is_public=True)
+
+
+@pytest.fixture
+def alice_key(tenant) -> str:
+    from registry.services import api_key_create
+
+    return api_key_create(tenant=tenant, name="alice", principal="alice")[1]
+
+
+@pytest.fixture
+def bob_key(tenant) -> str:
+    from registry.services import api_key_create
+
+    return api_key_create(tenant=tenant, name="bob", principal="bob")[1]
+
+
+# --- calling the JSON-RPC endpoint -----------------------------------------------------
+
+def user_message(text: str = "hello", **extra: Any) -> dict[str, Any]:
+    import uuid
+
+    return {"messageId": extra.pop("messageId", str(uuid.uuid4())), "role": "ROLE_USER",
+            "parts": [{"text": text}], **extra}
+
+
+@dataclass
+class RpcResponse:
+    status: int
+    headers: Any
+    body: dict[str, Any]
+
+    @property
+    def result(self) -> Any:
+        assert "error" not in self.body, self.body
+        return self.body["result"]
+
+    @property
+    def error(self) -> dict[str, Any]:
+        assert "error" in self.body, self.body
+        return self.body["error"]
+
+
+class Rpc:
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def raw(self, path: str, body: bytes, *, key: str | None = None, content_type: str = "application/json",
+            headers: dict[str, str] | None = None) -> RpcResponse:
+        hdrs = {**V1, **(headers or {})}
+        if key:
+            hdrs["X-API-Key"] = key
+        response = self.client.post(path, data=body, content_type=content_type, headers=hdrs)
+        body_json = orjson.loads(response.content) if response.content else {}
+        return RpcResponse(response.status_code, response.headers, body_json)
+
+    def __call__(self, path: str, method: str, params: dict[str, Any] | None = None, *, key: str | None = None,
+                 headers: dict[str, str] | None = None, request_id: Any = 1) -> RpcResponse:
+        body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
+        return self.raw(path, body, key=key, headers=headers)
+
+    def send(self, path: str, text: str = "hello", *, key: str | None = None, configuration: dict | None = None,
+             **message_fields: Any) -> RpcResponse:
+        params: dict[str, Any] = {"message": user_message(text, **message_fields)}
+        if configuration:
+            params["configuration"] = configuration
+        return self(path, "SendMessage", params, key=key)
+
+
+@pytest.fixture
+def rpc(client) -> Rpc:
+    return Rpc(client)
+
+
+# --- the live stack: daphne + a Celery worker as subprocesses ---------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveStack:
+    url: str
+    env: dict[str, str]
+    logs: Path
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text(errors="replace")
+
+
+def _wait_for(predicate, timeout: float, what: str, logs: Path) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    dump = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in logs.glob("*.log"))
+    raise RuntimeError(f"{what} did not come up in {timeout}s\n{dump}")
+
+
+@pytest.fixture(scope="session")
+def live(django_db_setup, django_db_blocker):
+    """daphne and a Celery worker serving the test database over real HTTP and Redis."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    port = _free_port()
+    logs = Path(tempfile.mkdtemp(prefix="agentserver-live-"))
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "DB_POOL": "1",
+        "DB_POOL_MAX": "8",
+        "HINT_FALLBACK_POLL": "0.5",
+        "AGENT_SOFT_TIME_LIMIT": "3",
+        "AGENT_TIME_LIMIT": "6",
+        "SWEEP_UNCLAIMED_AFTER": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
+            cwd=ROOT, env=env, stdout=open(logs / "web.log", "wb"), stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "agentserver", "worker", "-l", "info", "--concurrency", "2",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=env, stdout=open(logs / "worker.log", "wb"), stderr=subprocess.STDOUT,
+        ),
+    ]
+    url = f"http://127.0.0.1:{port}"
+
+    def web_up() -> bool:
+        try:
+            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait_for(web_up, 30, "daphne", logs)
+        _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
+        yield LiveStack(url=url, env=env, logs=logs)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

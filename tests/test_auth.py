@@ -1,0 +1,64 @@
+"""Callers are authenticated before anything is parsed; keys are stored hashed."""
+
+import pytest
+
+from registry.models import ApiKey
+
+ECHO = "/agents/acme/echo/"
+
+
+def test_a_key_protected_agent_without_a_key_answers_401_with_a_challenge(rpc, echo_agent):
+    response = rpc.raw(ECHO, b"this is not even json")
+    assert response.status == 401
+    assert response.headers["WWW-Authenticate"] == 'ApiKey header="X-API-Key"'
+    assert "X-API-Key" in response.body["error"]["message"]
+
+
+def test_a_wrong_key_is_refused(rpc, echo_agent, alice_key):
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key + "x").status == 401
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key="garbage").status == 401
+
+
+def test_a_revoked_key_is_refused(rpc, echo_agent, alice_key):
+    from django.utils import timezone
+
+    ApiKey.objects.update(revoked_at=timezone.now())
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
+
+
+def test_a_key_of_another_tenant_is_refused(rpc, echo_agent):
+    from registry.services import api_key_create, tenant_ensure
+
+    other = tenant_ensure(slug="other", name="Other")
+    _, key = api_key_create(tenant=other, name="mallory")
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=key).status == 401
+
+
+def test_keys_are_stored_only_as_hashes(alice_key):
+    stored = ApiKey.objects.get(principal="alice")
+    assert alice_key not in (stored.key_hash, stored.prefix)
+    assert alice_key.split("_")[2] not in stored.key_hash
+
+
+def test_a_public_agent_serves_anonymous_callers(rpc, conformance_agent):
+    assert rpc("/agents/acme/conformance/", "GetTask", {"id": "x"}).error["code"] == -32001
+
+
+@pytest.mark.django_db
+def test_an_unknown_agent_is_404_in_json(rpc):
+    response = rpc("/agents/nobody/nothing/", "GetTask", {"id": "x"})
+    assert response.status == 404 and response.body["error"]["message"]
+
+
+def test_only_post_is_accepted(client, echo_agent):
+    response = client.get(ECHO)
+    assert response.status_code == 405 and response["Allow"] == "POST"
+
+
+def test_the_create_api_key_command_prints_a_working_key(rpc, echo_agent, capsys):
+    from django.core.management import call_command
+
+    call_command("create_api_key", "acme", "--name", "ci", "--principal", "carol")
+    key = capsys.readouterr().out.strip()
+    assert rpc(ECHO, "ListTasks", {}, key=key).result["totalSize"] == 0
+    assert ApiKey.objects.get(name="ci").principal == "carol"

@@ -1,0 +1,58 @@
+"""The A2A 1.0 agent card: what it declares and how it is cached."""
+
+import pytest
+
+from tests.conftest import make_agent
+
+CARD = "/agents/acme/echo/.well-known/agent-card.json"
+
+
+def test_the_card_lists_exactly_the_working_binding_and_capabilities(client, echo_agent):
+    card = client.get(CARD).json()
+    assert card["supportedInterfaces"] == [
+        {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    ]
+    assert card["capabilities"] == {"streaming": False, "pushNotifications": False, "extendedAgentCard": False}
+    assert card["name"] == "Echo" and card["version"] == "1.0.0"
+    assert card["skills"] == [{"id": "echo", "name": "echo", "description": "echo skill", "tags": ["test"]}]
+    assert card["defaultInputModes"] == ["text/plain"]
+
+
+def test_a_key_protected_agent_declares_and_requires_the_api_key_header(client, echo_agent):
+    card = client.get(CARD).json()
+    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["name"] == "X-API-Key"
+    assert card["securitySchemes"]["apiKey"]["apiKeySecurityScheme"]["location"] == "header"
+    assert card["securityRequirements"] == [{"schemes": {"apiKey": {"list": []}}}]
+
+
+def test_a_public_agent_requires_nothing(client, conformance_agent):
+    card = client.get("/agents/acme/conformance/.well-known/agent-card.json").json()
+    assert "securityRequirements" not in card
+
+
+def test_the_card_is_cacheable_and_revalidates(client, echo_agent):
+    first = client.get(CARD)
+    assert "max-age=" in first["Cache-Control"]
+    assert first["ETag"] and first["Last-Modified"]
+    assert client.get(CARD, headers={"If-None-Match": first["ETag"]}).status_code == 304
+    assert client.get(CARD, headers={"If-Modified-Since": first["Last-Modified"]}).status_code == 304
+
+
+def test_a_changed_agent_gets_a_new_etag(client, echo_agent):
+    before = client.get(CARD)["ETag"]
+    echo_agent.description = "Now with more echo"
+    echo_agent.save()
+    after = client.get(CARD, headers={"If-None-Match": before})
+    assert after.status_code == 200 and after["ETag"] != before
+
+
+def test_declared_extensions_are_listed(client, tenant):
+    make_agent(tenant, "ext", "echo", extensions=[{"uri": "https://example.com/e", "required": False}])
+    card = client.get("/agents/acme/ext/.well-known/agent-card.json").json()
+    assert card["capabilities"]["extensions"] == [{"uri": "https://example.com/e", "required": False}]
+
+
+@pytest.mark.django_db
+def test_an_unknown_agent_has_no_card(client):
+    response = client.get("/agents/nobody/nothing/.well-known/agent-card.json")
+    assert response.status_code == 404 and response.json()["error"]

@@ -1,0 +1,86 @@
+"""Wake-up hints shorten waits; the database stays the truth when hints are lost."""
+
+import asyncio
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from tasks_app import hints, services
+from tasks_app.lifecycle import TaskState
+from tasks_app.waiting import wait_until_settled
+from tests.test_services import receive
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def run(coro):
+    """asyncio.run, then close the connection the ORM opened on asgiref's worker thread."""
+    from django.db import connections
+
+    async def main():
+        try:
+            return await coro
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def waiting_task(echo_agent, monkeypatch):
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    return receive(echo_agent)
+
+
+def _complete_later(task_id, delay):
+    async def later():
+        await asyncio.sleep(delay)
+        await sync_to_async(services.task_transition)(task_id=task_id, state=TaskState.COMPLETED)
+    return later()
+
+
+def test_a_waiter_wakes_on_the_hint_well_before_the_fallback_poll(waiting_task, settings):
+    settings.HINT_FALLBACK_POLL = 5
+
+    async def scenario():
+        started = time.monotonic()
+        _, state = await asyncio.gather(_complete_later(waiting_task.pk, 0.2),
+                                        wait_until_settled(waiting_task.pk, timeout=10))
+        return state, time.monotonic() - started
+
+    state, elapsed = run(scenario())
+    assert state == TaskState.COMPLETED and elapsed < 2
+
+
+def test_a_lost_hint_costs_at_most_one_poll_interval(waiting_task, settings, monkeypatch):
+    settings.HINT_FALLBACK_POLL = 0.5
+    monkeypatch.setattr(hints, "publish", lambda task_id: None)  # every hint is lost
+
+    async def scenario():
+        started = time.monotonic()
+        _, state = await asyncio.gather(_complete_later(waiting_task.pk, 0.1),
+                                        wait_until_settled(waiting_task.pk, timeout=10))
+        return state, time.monotonic() - started
+
+    state, elapsed = run(scenario())
+    assert state == TaskState.COMPLETED and 0.1 < elapsed < 0.5 + 0.5
+
+
+def test_hints_cross_processes_through_redis(waiting_task):
+    """A hint published by another process (here: straight into Redis) wakes a local waiter."""
+    import redis
+    from django.conf import settings
+
+    async def scenario():
+        async with hints.watch(str(waiting_task.pk)) as watch:
+            redis.Redis.from_url(settings.REDIS_URL).publish(hints.CHANNEL_PREFIX + str(waiting_task.pk), b"1")
+            return await watch.wait(3)
+
+    assert run(scenario()) is True
+
+
+def test_a_wait_gives_up_at_its_timeout_with_the_current_state(waiting_task):
+    assert run(wait_until_settled(waiting_task.pk, timeout=0.3)) == TaskState.SUBMITTED

@@ -1,0 +1,110 @@
+"""The whole flow across the real thing: HTTP to daphne, Postgres, Redis, a Celery worker."""
+
+import time
+import uuid
+
+import httpx
+import pytest
+
+from tests.conftest import make_agent, user_message
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+V1 = {"A2A-Version": "1.0"}
+
+
+def call(live, path, method, params, key=None, timeout=30):
+    headers = {**V1, **({"X-API-Key": key} if key else {})}
+    body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
+    response = httpx.post(f"{live.url}{path}", json=body, headers=headers, timeout=timeout)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def poll(live, path, task_id, key, until, timeout=15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        task = call(live, path, "GetTask", {"id": task_id}, key)["result"]
+        if until(task):
+            return task
+        time.sleep(0.1)
+    raise AssertionError(f"task {task_id} never reached the expected state; last: {task['status']}")
+
+
+def test_a_client_sends_a_message_and_reads_the_persisted_task_back(live, echo_agent, alice_key):
+    sent = call(live, "/agents/acme/echo/", "SendMessage", {"message": user_message("over the wire")}, alice_key)
+    task = sent["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"] == [{"text": "echo: over the wire"}]
+    fetched = call(live, "/agents/acme/echo/", "GetTask", {"id": task["id"]}, alice_key)["result"]
+    assert fetched["artifacts"] == task["artifacts"] and fetched["status"]["state"] == "TASK_STATE_COMPLETED"
+    listed = call(live, "/agents/acme/echo/", "ListTasks", {}, alice_key)["result"]
+    assert [t["id"] for t in listed["tasks"]] == [task["id"]]
+    assert "succeeded" in live.log("worker")
+
+
+def test_return_immediately_hands_back_the_task_and_the_worker_finishes_it(live, echo_agent, alice_key):
+    params = {"message": user_message("later"), "configuration": {"returnImmediately": True}}
+    task = call(live, "/agents/acme/echo/", "SendMessage", params, alice_key)["result"]["task"]
+    assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_COMPLETED")
+    done = poll(live, "/agents/acme/echo/", task["id"], alice_key, lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED")
+    assert done["artifacts"][0]["parts"] == [{"text": "echo: later"}]
+
+
+def test_a_multi_turn_exchange_with_the_writer(live, writer_agent, alice_key):
+    asked = call(live, "/agents/acme/writer/", "SendMessage", {"message": user_message("write")}, alice_key)
+    task = asked["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    follow = {"message": user_message("a poem about rivers", taskId=task["id"])}
+    done = call(live, "/agents/acme/writer/", "SendMessage", follow, alice_key)["result"]["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED" and done["contextId"] == task["contextId"]
+    assert len(done["artifacts"][0]["parts"]) == 4
+
+
+def test_a_runaway_agent_is_failed_by_the_time_limit(live, tenant, alice_key):
+    make_agent(tenant, "slow-writer", "writer", settings={"delay": 10})  # far beyond the 3 s limit
+    sent = call(live, "/agents/acme/slow-writer/", "SendMessage", {"message": user_message("a poem about time")},
+                alice_key)
+    task = sent["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    from tasks_app.models import Task
+
+    stored = Task.objects.get(pk=task["id"])
+    assert stored.failure == "time-limit"
+    assert "time limit of 3 s" in stored.status_changes.last().reason
+
+
+def test_cancellation_reaches_the_running_executor(live, conformance_agent):
+    params = {"message": user_message(messageId="test-resubscribe-message-id-1"),
+              "configuration": {"returnImmediately": True}}
+    path = "/agents/acme/conformance/"
+    task = call(live, path, "SendMessage", params)["result"]["task"]
+    poll(live, path, task["id"], None, lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
+    canceled = call(live, path, "CancelTask", {"id": task["id"]})["result"]
+    assert canceled["status"]["state"] == "TASK_STATE_CANCELED"
+    from tasks_app.models import TaskEvent
+
+    # The executor polls `cancelled` every 0.1 s; it must stop without writing anything more.
+    time.sleep(1.5)
+    assert "'closed'" in live.log("worker")
+    states = [e.payload.get("state") for e in TaskEvent.objects.filter(task_id=task["id"]).order_by("seq")]
+    assert states == ["submitted", "working", "canceled"]
+
+
+def test_the_sweeper_sends_again_work_that_was_committed_but_never_enqueued(live, echo_agent, monkeypatch, settings):
+    from agentserver.celery import app
+    from registry.selectors import Principal
+    from tasks_app import services, tasks
+    from tasks_app.domain import NewMessage
+    from tasks_app.models import Task
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)  # the broker "was down" at commit
+    message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "lost"}])
+    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
+    monkeypatch.undo()
+    settings.SWEEP_UNCLAIMED_AFTER = 0
+    app.conf.task_always_eager = False  # this time, really go through the broker to the live worker
+    assert tasks.sweep_stuck_work() == {"requeued": 1, "failed": 0}
+    deadline = time.monotonic() + 15
+    while Task.objects.get(pk=task.pk).state != "completed" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert Task.objects.get(pk=task.pk).artifacts.get().parts == [{"type": "text", "text": "echo: lost"}]

@@ -1,0 +1,113 @@
+"""Running an executor: whatever it does, its task ends settled, never stuck."""
+
+import uuid
+
+import pytest
+from celery.exceptions import SoftTimeLimitExceeded
+
+from registry.selectors import Principal
+from tasks_app import runner, services
+from tasks_app.domain import NewMessage
+from tasks_app.executors import REGISTRY, Executor
+from tasks_app.lifecycle import TaskState
+from tasks_app.models import Task
+from tests.conftest import make_agent
+
+
+@pytest.fixture
+def run_with(tenant, monkeypatch):
+    """Register a throwaway executor, give it a task, run it once; return the task."""
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    registered = []
+
+    def go(execute, text="hello"):
+        name = f"test-{uuid.uuid4().hex[:8]}"
+        REGISTRY[name] = type("E", (Executor,), {"name": name, "execute": lambda self, ctx: execute(ctx)})
+        registered.append(name)
+        agent = make_agent(tenant, name, name)
+        message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": text}])
+        task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+        outcome = runner.run(task_id=task.pk, run_token=str(task.run_token))
+        task.refresh_from_db()
+        return task, outcome
+
+    yield go
+    for name in registered:
+        REGISTRY.pop(name, None)
+
+
+def test_a_well_behaved_executor_completes_its_task(run_with):
+    task, outcome = run_with(lambda ctx: ctx.complete(f"done with {ctx.text}"))
+    assert outcome == "done" and task.state == TaskState.COMPLETED
+    assert task.status_message.parts == [{"type": "text", "text": "done with hello"}]
+
+
+def test_an_executor_that_raises_fails_its_task_with_a_reason(run_with):
+    def boom(ctx):
+        raise KeyError("oops")
+
+    task, outcome = run_with(boom)
+    assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "agent-error"
+    assert task.status_changes.last().reason == "the agent raised KeyError"
+
+
+def test_an_executor_that_runs_out_of_time_fails_its_task(run_with):
+    def slow(ctx):
+        ctx.working()
+        raise SoftTimeLimitExceeded()
+
+    task, _ = run_with(slow)
+    assert task.state == TaskState.FAILED and task.failure == "time-limit"
+    assert "time limit" in task.status_changes.last().reason
+
+
+def test_an_executor_that_returns_without_settling_breaks_the_contract(run_with):
+    task, _ = run_with(lambda ctx: ctx.working("thinking"))
+    assert task.state == TaskState.FAILED and task.failure == "invalid-response"
+
+
+def test_invalid_parts_from_an_executor_are_an_invalid_response(run_with):
+    task, _ = run_with(lambda ctx: ctx.complete([{"type": "hologram"}]))
+    assert task.state == TaskState.FAILED and task.failure == "invalid-response"
+    assert "hologram" in task.status_changes.last().reason
+
+
+def test_cancellation_reaches_a_running_executor(run_with):
+    seen = {}
+
+    def cancel_midway(ctx):
+        ctx.working()
+        Task.objects.filter(pk=ctx.task_id).update(state=TaskState.CANCELED)  # the client cancels meanwhile
+        seen["cancelled"] = ctx.cancelled
+        ctx.artifact("too late")  # refused: the executor is stopped here
+
+    task, outcome = run_with(cancel_midway)
+    assert seen["cancelled"] is True
+    assert outcome == "closed" and task.state == TaskState.CANCELED
+    assert not task.artifacts.exists()
+
+
+def test_a_run_delivered_twice_executes_once(run_with):
+    calls = []
+
+    def count(ctx):
+        calls.append(1)
+        ctx.complete()
+
+    task, _ = run_with(count)
+    assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "not-claimed"
+    assert calls == [1]
+
+
+def test_an_agent_with_an_unknown_executor_fails_clearly(tenant, monkeypatch):
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    agent = make_agent(tenant, "ghost", "no-such-executor")
+    message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "x"}])
+    task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+    assert runner.run(task_id=task.pk, run_token=task.run_token) == "failed"
+    task.refresh_from_db()
+    assert task.failure == "misconfigured" and "no-such-executor" in task.status_changes.last().reason

@@ -1,0 +1,124 @@
+"""Writes to the task store: the state machine, the event log, claims and the sweeper."""
+
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from registry.selectors import Principal
+from tasks_app import services
+from tasks_app.domain import NewMessage
+from tasks_app.errors import InvalidTransition, TaskClosed, TaskNotCancelable
+from tasks_app.lifecycle import TaskState
+from tasks_app.models import Task, TaskEvent
+
+ALICE = Principal(name="alice", api_key_id=1)
+
+
+@pytest.fixture
+def no_enqueue(monkeypatch):
+    sent = []
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: sent.append(kw))
+    return sent
+
+
+def receive(agent, text="hi", **fields):
+    message = NewMessage(message_id=str(uuid.uuid4()), role="user", parts=[{"type": "text", "text": text}], **fields)
+    return services.message_receive(agent=agent, principal=ALICE, message=message)[0]
+
+
+def test_receiving_a_message_writes_the_task_its_history_and_the_first_event(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    assert task.state == TaskState.SUBMITTED and task.owner == "alice"
+    assert list(task.messages.values_list("role", flat=True)) == ["user"]
+    assert list(task.status_changes.values_list("state", flat=True)) == ["submitted"]
+    assert [(e.seq, e.kind, e.payload["state"]) for e in task.events.all()] == [(1, "status", "submitted")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_work_is_enqueued_only_after_commit_with_the_run_token(echo_agent, no_enqueue):
+    from django.db import transaction
+
+    with transaction.atomic():
+        task = receive(echo_agent)
+        assert no_enqueue == []
+    assert no_enqueue == [{"task_id": task.pk, "run_token": task.run_token, "agent_id": echo_agent.pk}]
+
+
+def test_every_change_appends_one_event_with_the_next_seq(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.task_transition(task_id=task.pk, state=TaskState.WORKING, parts=[{"type": "text", "text": "busy"}])
+    services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "1"}])
+    services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "2"}],
+                             append=True, last_chunk=True)
+    services.task_transition(task_id=task.pk, state=TaskState.COMPLETED)
+    events = list(TaskEvent.objects.filter(task=task).order_by("seq").values_list("seq", "kind"))
+    assert events == [(1, "status"), (2, "status"), (3, "artifact"), (4, "artifact"), (5, "status")]
+    task.refresh_from_db()
+    assert task.last_seq == 5
+    artifact = task.artifacts.get()
+    assert [p["text"] for p in artifact.parts] == ["1", "2"] and artifact.complete
+
+
+def test_a_terminal_task_accepts_no_more_changes(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.task_transition(task_id=task.pk, state=TaskState.COMPLETED)
+    with pytest.raises(TaskClosed):
+        services.task_transition(task_id=task.pk, state=TaskState.WORKING)
+    with pytest.raises(TaskClosed):
+        services.artifact_append(task_id=task.pk, parts=[])
+
+
+def test_an_agent_cannot_move_a_working_task_back_to_submitted(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.task_transition(task_id=task.pk, state=TaskState.WORKING)
+    with pytest.raises(InvalidTransition):
+        services.task_transition(task_id=task.pk, state=TaskState.SUBMITTED)
+    task.refresh_from_db()
+    assert task.state == TaskState.WORKING and task.last_seq == 2
+
+
+def test_cancel_is_refused_for_a_finished_task(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
+    with pytest.raises(TaskNotCancelable):
+        services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELED
+    assert task.status_changes.last().reason == "canceled by the client"
+
+
+def test_a_run_is_claimed_exactly_once(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    assert services.run_claim(task_id=task.pk, run_token=task.run_token) is True
+    assert services.run_claim(task_id=task.pk, run_token=task.run_token) is False
+    assert services.run_claim(task_id=task.pk, run_token=uuid.uuid4()) is False
+
+
+def test_a_stale_run_cannot_write_after_a_follow_up_started_a_new_one(writer_agent, no_enqueue):
+    task = receive(writer_agent)
+    old_token = task.run_token
+    services.task_transition(task_id=task.pk, state=TaskState.INPUT_REQUIRED, run_token=old_token)
+    receive(writer_agent, "more", task_id=str(task.pk))
+    with pytest.raises(TaskClosed):
+        services.task_transition(task_id=task.pk, state=TaskState.COMPLETED, run_token=old_token)
+
+
+def test_the_sweeper_finds_unclaimed_work_and_fails_lost_runs(echo_agent, no_enqueue):
+    stuck = receive(echo_agent)
+    lost = receive(echo_agent)
+    fresh = receive(echo_agent)
+    long_ago = timezone.now() - timezone.timedelta(hours=1)
+    Task.objects.filter(pk=stuck.pk).update(run_requested_at=long_ago)
+    Task.objects.filter(pk=lost.pk).update(run_requested_at=long_ago, run_claimed_at=long_ago, state="working")
+    unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=600)
+    assert [u[0] for u in unclaimed] == [stuck.pk]
+    assert failed == 1
+    lost.refresh_from_db()
+    assert lost.state == TaskState.FAILED and lost.failure == "worker-lost"
+    fresh.refresh_from_db()
+    assert fresh.state == TaskState.SUBMITTED
+    # Swept work is not handed out again on the very next sweep.
+    assert services.sweep_stuck_work(unclaimed_after=30, lost_after=600) == ([], 0)
