@@ -1,4 +1,10 @@
-"""ASGI entry point for daphne: `daphne agentserver.asgi:application`."""
+"""ASGI entry point for daphne: `daphne agentserver.asgi:application`.
+
+Agent endpoints (`/agents/…`) go through a Django handler without the site middleware: they
+authenticate by API key and need no sessions, CSRF, messages or user loading, and each of
+those middleware would cost a thread hop per request on an async view. Everything else (the
+admin) gets the full stack.
+"""
 
 import os
 
@@ -10,5 +16,29 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
 django_application = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.core.handlers.asgi import ASGIHandler  # noqa: E402
+from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 
-application = ProtocolTypeRouter({"http": django_application})
+API_PREFIX = "/agents/"
+
+
+class AgentAPIHandler(ASGIHandler):
+    """Django's ASGI handler with an empty middleware chain."""
+
+    def load_middleware(self, is_async=False):
+        self._view_middleware = []
+        self._template_response_middleware = []
+        self._exception_middleware = []
+        get_response = self._get_response_async if is_async else self._get_response
+        self._middleware_chain = convert_exception_to_response(get_response)
+
+
+agent_api_application = AgentAPIHandler()
+
+
+async def http_router(scope, receive, send):
+    app = agent_api_application if scope["path"].startswith(API_PREFIX) else django_application
+    await app(scope, receive, send)
+
+
+application = ProtocolTypeRouter({"http": http_router})

@@ -361,6 +361,8 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
         "client_cpu_pct": round(100.0 * (cpu1 - cpu0) / max(1e-9, wall), 1),
         # successes including warm-up and requests finishing after the window
         "all_successes": state["all_ok"],
+        # from the start of the warm-up until the last request in flight ended
+        "wall_s": round(wall, 3),
         "last_task_id": state["any_task"],
     }
 

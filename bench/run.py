@@ -473,7 +473,7 @@ def _median(vals):
     return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
-SUMMARY_KEYS = ("rps", "p50_ms", "p90_ms", "p99_ms", "max_ms", "total_cpu_ms_per_req")
+SUMMARY_KEYS = ("rps", "done_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms", "total_cpu_ms_per_req")
 
 
 def summarize(results: list[dict]) -> list[dict]:
@@ -508,8 +508,8 @@ def markdown(results: list[dict], sides: list[str]) -> str:
     if both:
         out.append("| mode | conc | ours req/s | peer req/s | **req/s ours/peer** | ours p50 ms "
                    "| peer p50 ms | ours p99 ms | peer p99 ms | **p99 ours/peer** "
-                   "| **CPU/req ours/peer** | errors ours | errors peer |")
-        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+                   "| **CPU/req ours/peer** | **done/s ours/peer** | errors ours | errors peer |")
+        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for (mode, c), d in pts.items():
             o, p = d.get("ours"), d.get("peer")
             g = lambda r, k: None if r is None else r.get(k)  # noqa: E731
@@ -519,24 +519,26 @@ def markdown(results: list[dict], sides: list[str]) -> str:
                 f"{_fmt(g(p, 'p50_ms'))} | {_fmt(g(o, 'p99_ms'))} | {_fmt(g(p, 'p99_ms'))} | "
                 f"**{_ratio(g(o, 'p99_ms'), g(p, 'p99_ms'))}** | "
                 f"**{_ratio(g(o, 'total_cpu_ms_per_req'), g(p, 'total_cpu_ms_per_req'))}** | "
+                f"**{_ratio(g(o, 'done_per_s'), g(p, 'done_per_s'))}** | "
                 f"{_fmt(g(o, 'errors'), 0)} | "
                 f"{_fmt(g(p, 'errors'), 0)} |")
         out.append("")
     else:
-        out.append("| server | mode | conc | req/s | p50 ms | p90 ms | p99 ms | max ms "
+        out.append("| server | mode | conc | req/s | done/s | p50 ms | p90 ms | p99 ms | max ms "
                    "| total CPU ms/req | errors |")
-        out.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+        out.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for row in summary:
             out.append(
                 f"| {row['side']} | {row['mode']} | {row['concurrency']} | {_fmt(row['rps'])} | "
+                f"{_fmt(row['done_per_s'])} | "
                 f"{_fmt(row['p50_ms'])} | {_fmt(row['p90_ms'])} | {_fmt(row['p99_ms'])} | "
                 f"{_fmt(row['max_ms'])} | {_fmt(row['total_cpu_ms_per_req'], 2)} | "
                 f"{row['errors']} |")
         out.append("")
     out.append("| server | round | mode | conc | requests | errors | req/s | p50 ms | p90 ms "
                "| p99 ms | max ms | server CPU ms/req | postgres CPU ms/req | total CPU ms/req "
-               "| PG sessions/req | PG xacts/req | drain s | client CPU % | steal % |")
-    out.append("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+               "| PG sessions/req | PG xacts/req | drain s | done/s | client CPU % | steal % |")
+    out.append("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in results:
         out.append(
             f"| {r['side']} | {r.get('round', 1)} | {r['mode']} | {r['concurrency']} | "
@@ -547,7 +549,7 @@ def markdown(results: list[dict], sides: list[str]) -> str:
             f"{_fmt(r.get('total_cpu_ms_per_req'), 2)} | "
             f"{_fmt((r.get('pg_per_request') or {}).get('sessions'), 2)} | "
             f"{_fmt((r.get('pg_per_request') or {}).get('xact_commit'), 1)} | "
-            f"{_fmt(r.get('drain_s'), 1)} | "
+            f"{_fmt(r.get('drain_s'), 1)} | {_fmt(r.get('done_per_s'))} | "
             f"{_fmt(r.get('client_cpu_pct'), 0)} | {_fmt(r.get('steal_pct'), 0)} |")
     errs = [r for r in results if r["errors"]]
     if errs:
@@ -710,6 +712,11 @@ def main(argv=None) -> int:
                         side.target, r["last_task_id"], a.drain_timeout))
                     r["drain_s"] = round(waited, 2)
                     r["drain_last_state"] = st
+                    if st not in load.TERMINAL_STATES:
+                        log(f"{s}: the last accepted task is still {st} after {waited:.0f}s "
+                            "(--drain-timeout); the next point starts with a backlog")
+                drain_unfinished = (mode == "immediate"
+                                    and r.get("drain_last_state") not in load.TERMINAL_STATES)
                 after = cpu_snapshot(all_sessions)
                 d = cpu_delta(before, after)
                 pg_after = pg_stats({s: db_urls[s]}) if db_urls.get(s) else {}
@@ -735,6 +742,10 @@ def main(argv=None) -> int:
                     "total_cpu_ms_per_req": round(
                         1000 * (server_cpu + d.get("postgres", 0) + d.get("redis", 0))
                         / n_est, 3),
+                    # tasks finished per second, start of warm-up to end of drain: for the
+                    # immediate mode the rate the server can sustain, not just accept
+                    "done_per_s": None if drain_unfinished else round(
+                        r["all_successes"] / max(1e-9, r["wall_s"] + r.get("drain_s", 0.0)), 2),
                     "point": point,
                     "round": rnd,
                     "machine_busy_pct": round(100 * d.get("_busy", 0) / total, 1)

@@ -41,29 +41,38 @@ def _redis() -> redis.Redis | None:
     return _sync_client
 
 
-def publish(task_id: str) -> None:
-    """Tell every process that `task_id` changed. Call only after the change committed."""
+def publish(task_id: str, state: str = "") -> None:
+    """Tell every process that `task_id` changed (and, as a hint, to which state).
+    Call only after the change committed."""
     task_id = str(task_id)
     for listener in list(_listeners):
-        listener.wake_threadsafe(task_id)
+        listener.wake_threadsafe(task_id, state)
     client = _redis()
     if client is not None:
         try:
-            client.publish(CHANNEL_PREFIX + task_id, b"1")
+            client.publish(CHANNEL_PREFIX + task_id, state.encode())
         except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
             log.warning("hint for task %s not published: %s", task_id, exc)
 
 
 class Watch:
-    """One waiter's view of one task: `wait()` returns when a hint came or the timeout passed."""
+    """One waiter's view of one task: `wait()` returns when a hint came or the timeout passed.
+
+    `states` holds the states the hints since the last wait announced ("" when a hint said
+    none): a waiter may use them to skip a read that could not change its mind, never to
+    decide without reading.
+    """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.states: list[str] = []
 
-    def _wake(self) -> None:
+    def _wake(self, state: str) -> None:
+        self.states.append(state)
         self._event.set()
 
     async def wait(self, timeout: float) -> bool:
+        self.states = []
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
             return True
@@ -83,16 +92,16 @@ class Listener:
         self._ready = asyncio.Event()
         self._runner: asyncio.Task | None = None
 
-    def wake_threadsafe(self, task_id: str) -> None:
+    def wake_threadsafe(self, task_id: str, state: str = "") -> None:
         if task_id in self.watches and not self.loop.is_closed():
             try:
-                self.loop.call_soon_threadsafe(self._wake, task_id)
+                self.loop.call_soon_threadsafe(self._wake, task_id, state)
             except RuntimeError:  # loop closed between the check and the call
                 pass
 
-    def _wake(self, task_id: str) -> None:
+    def _wake(self, task_id: str, state: str = "") -> None:
         for watch in self.watches.get(task_id, ()):
-            watch._wake()
+            watch._wake(state)
 
     async def start(self) -> None:
         if not self._started:
@@ -124,7 +133,8 @@ class Listener:
                         if message["type"] == "psubscribe":
                             self._ready.set()
                         elif message["type"] == "pmessage":
-                            self._wake(message["channel"].decode()[len(CHANNEL_PREFIX):])
+                            task_id = message["channel"].decode()[len(CHANNEL_PREFIX):]
+                            self._wake(task_id, message["data"].decode(errors="replace"))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep listening whatever went wrong

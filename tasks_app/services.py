@@ -58,8 +58,9 @@ def _event_append(*, task: Task, kind: str, payload: dict[str, Any]) -> TaskEven
     return TaskEvent.objects.create(task=task, seq=task.last_seq, kind=kind, payload=payload)
 
 
-def _after_commit(task_id: Any) -> None:
-    transaction.on_commit(lambda: hints.publish(str(task_id)))
+def _after_commit(task: Task) -> None:
+    task_id, state = str(task.pk), str(task.state)
+    transaction.on_commit(lambda: hints.publish(task_id, state))
 
 
 def _enqueue_run(task: Task) -> None:
@@ -155,7 +156,7 @@ def message_receive(
                 task=task, seq=1, kind=EventKind.STATUS, payload=_status_payload(TaskState.SUBMITTED, None, now)
             )
         _enqueue_run(task)
-        _after_commit(task.id)
+        _after_commit(task)
     return task, stored
 
 
@@ -190,7 +191,7 @@ def task_cancel(*, agent: Agent, principal: Principal, task_id: str, reason: str
             raise TaskNotCancelable(f"task {task.id} is already {task.state}")
         _set_status(task=task, state=TaskState.CANCELED, message=None, at=now, reason=reason)
         task.save()
-        _after_commit(task.id)
+        _after_commit(task)
     return task
 
 
@@ -247,7 +248,7 @@ def task_transition(
         _set_status(task=task, state=state, message=message, at=now, reason=reason)
         task.failure = failure
         task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"])
-        _after_commit(task.id)
+        _after_commit(task)
 
 
 def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metadata: dict | None = None) -> None:
@@ -264,7 +265,7 @@ def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metada
         )
         _set_status(task=task, state=TaskState.COMPLETED, message=message, at=now)
         task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"])
-        _after_commit(task.id)
+        _after_commit(task)
 
 
 def artifact_append(
@@ -311,7 +312,7 @@ def artifact_append(
             },
         )
         task.save(update_fields=["last_seq", "updated_at"])
-        _after_commit(task.id)
+        _after_commit(task)
     return artifact_id
 
 

@@ -34,7 +34,10 @@ JSON_CONTENT_TYPES = {"application/json", "application/a2a+json"}
 
 
 def _json(body: bytes, status: int = 200, **headers: str) -> HttpResponse:
+    # Agent endpoints run without the site middleware (agentserver/asgi.py): set what it would.
     response = HttpResponse(body, status=status, content_type=JSON)
+    response["Content-Length"] = str(len(body))
+    response["X-Content-Type-Options"] = "nosniff"
     for name, value in headers.items():
         response[name.replace("_", "-")] = value
     return response

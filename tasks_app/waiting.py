@@ -22,11 +22,15 @@ async def wait_until_settled(task_id: Any, *, timeout: float) -> str | None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with hints.watch(str(task_id)) as watch:
-        while True:
-            row = await sync_to_async(selectors.task_state)(task_id)
-            if row is None or row[0] in SETTLED:
-                return row[0] if row else None
+        row = await sync_to_async(selectors.task_state)(task_id)
+        while row is not None and row[0] not in SETTLED:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return row[0]
-            await watch.wait(min(remaining, settings.HINT_FALLBACK_POLL))
+                break
+            hinted = await watch.wait(min(remaining, settings.HINT_FALLBACK_POLL))
+            # Hints that all name a state which does not settle the task (an artifact chunk,
+            # "working") cannot end the wait: skip the read. Anything else, read.
+            if hinted and watch.states and all(s and s not in SETTLED for s in watch.states):
+                continue
+            row = await sync_to_async(selectors.task_state)(task_id)
+        return row[0] if row else None

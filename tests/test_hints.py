@@ -57,7 +57,7 @@ def test_a_waiter_wakes_on_the_hint_well_before_the_fallback_poll(waiting_task, 
 
 def test_a_lost_hint_costs_at_most_one_poll_interval(waiting_task, settings, monkeypatch):
     settings.HINT_FALLBACK_POLL = 0.5
-    monkeypatch.setattr(hints, "publish", lambda task_id: None)  # every hint is lost
+    monkeypatch.setattr(hints, "publish", lambda task_id, state="": None)  # every hint is lost
 
     async def scenario():
         started = time.monotonic()
@@ -84,3 +84,24 @@ def test_hints_cross_processes_through_redis(waiting_task):
 
 def test_a_wait_gives_up_at_its_timeout_with_the_current_state(waiting_task):
     assert run(wait_until_settled(waiting_task.pk, timeout=0.3)) == TaskState.SUBMITTED
+
+
+def test_hints_that_cannot_settle_the_task_spare_the_database(waiting_task, monkeypatch):
+    """A hint naming a non-settling state (a chunk, "working") does not cost a read."""
+    from tasks_app import selectors
+
+    reads = []
+    real = selectors.task_state
+    monkeypatch.setattr(selectors, "task_state", lambda task_id: reads.append(1) or real(task_id))
+
+    async def scenario():
+        waiter = asyncio.ensure_future(wait_until_settled(waiting_task.pk, timeout=5))
+        await asyncio.sleep(0.3)
+        for _ in range(20):
+            hints.publish(str(waiting_task.pk), TaskState.WORKING)
+            await asyncio.sleep(0.01)
+        await sync_to_async(services.task_transition)(task_id=waiting_task.pk, state=TaskState.COMPLETED)
+        return await waiter
+
+    assert run(scenario()) == TaskState.COMPLETED
+    assert 2 <= len(reads) <= 3, reads  # the first read, the one after "completed", maybe one poll
