@@ -23,7 +23,18 @@ API_PREFIX = "/agents/"
 
 
 class AgentAPIHandler(ASGIHandler):
-    """Django's ASGI handler with an empty middleware chain."""
+    """Django's ASGI handler with an empty middleware chain and no per-request thread.
+
+    Django opens a `ThreadSensitiveContext` per request, which gives every in-flight request
+    a thread of its own until it ends, even while it only awaits. Agent views run their ORM
+    work on a shared bounded executor (tasks_app.dbcalls); without the context, Django's own
+    sync signal receivers (close_old_connections) share asgiref's single sync thread.
+    """
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            raise ValueError(f"agent endpoints serve HTTP only, not {scope['type']}")
+        await self.handle(scope, receive, send)
 
     def load_middleware(self, is_async=False):
         self._view_middleware = []

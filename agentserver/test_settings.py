@@ -12,6 +12,8 @@ os.environ.setdefault("CELERY_QUEUE", f"agentserver-test-{os.getpid()}")
 # In-process tests gain nothing from a pool, and asgiref's threads would keep its connections
 # checked out; the live stack (tests/conftest.py) runs daphne with the pool, as production does.
 os.environ.setdefault("DB_POOL", "0")
+# ... and run the views' ORM calls on the test's own thread, so they see its transaction.
+os.environ.setdefault("DB_THREADS", "0")
 os.environ.pop("AGENTSERVER_EMBEDDED", None)
 
 from .settings import *  # noqa: E402,F403

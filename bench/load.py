@@ -319,8 +319,11 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
     hard_deadline = t_end + timeout + 5.0
     cpu0 = time.process_time()
     tasks = [loop.create_task(worker(c)) for c in conns]
+    gathered = asyncio.gather(*tasks)
+    # on Ctrl-C the gather ends cancelled: fetch its outcome so asyncio does not complain
+    gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
     try:
-        await asyncio.wait_for(asyncio.gather(*tasks), hard_deadline - clock() + 1.0)
+        await asyncio.wait_for(gathered, hard_deadline - clock() + 1.0)
     except asyncio.TimeoutError:
         for t in tasks:
             t.cancel()

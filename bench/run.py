@@ -647,11 +647,17 @@ def main(argv=None) -> int:
     logdir = results_dir / "logs" / stamp
     logdir.mkdir(parents=True, exist_ok=True)
 
-    # SIGTERM/SIGHUP -> SystemExit so the finally below stops what we started
+    # SIGTERM/SIGHUP/SIGINT -> KeyboardInterrupt so the finally below stops what we started
+    stop_signal = {}
+
     def _term(signum, _frame):
-        raise SystemExit(128 + signum)
+        # KeyboardInterrupt, not SystemExit: asyncio.run() unwinds it cleanly
+        stop_signal["n"] = signum
+        raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGHUP, _term)
+    # Ctrl-C -> KeyboardInterrupt even when started with SIGINT ignored (`cmd &` in a script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     running: dict[str, Side] = {}
     results: list[dict] = []
@@ -758,11 +764,9 @@ def main(argv=None) -> int:
                     + (f" drain={r['drain_s']}s" if "drain_s" in r else ""))
                 time.sleep(a.pause)
     except KeyboardInterrupt:
-        log("interrupted")
-        rc = 130
-    except SystemExit as exc:
-        log(f"stopping on signal (exit {exc.code})")
-        rc = int(exc.code or 1)
+        signum = stop_signal.get("n", signal.SIGINT)
+        log(f"interrupted by {signal.Signals(signum).name}; stopping")
+        rc = 128 + signum
     except Exception as exc:  # noqa: BLE001 - report, then stop everything
         log(f"ERROR: {exc}")
         rc = 1

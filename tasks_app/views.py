@@ -13,7 +13,6 @@ import logging
 from typing import Any
 
 import orjson
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.http import http_date, parse_http_date_safe
@@ -22,7 +21,7 @@ from django.views.decorators.csrf import csrf_exempt
 from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate
 
-from . import jsonrpc
+from . import dbcalls, jsonrpc
 from .cards import API_KEY_HEADER, agent_card, required_extensions
 from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call
 from .errors import ContentTypeNotSupported, DomainError, ExtensionSupportRequired, VersionNotSupported
@@ -83,7 +82,7 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         response["Allow"] = "POST"
         return response
     presented = request.headers.get(API_KEY_HEADER)
-    found, principal = await sync_to_async(_lookup)(tenant, agent, presented)
+    found, principal = await dbcalls.run(_lookup, tenant, agent, presented)
     if found is None:
         return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{tenant}/{agent}/"), 404)
     if principal is None:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from . import hints, selectors
+from . import dbcalls, hints, selectors
 from .lifecycle import SETTLED
 
 
@@ -22,7 +21,7 @@ async def wait_until_settled(task_id: Any, *, timeout: float) -> str | None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     async with hints.watch(str(task_id)) as watch:
-        row = await sync_to_async(selectors.task_state)(task_id)
+        row = await dbcalls.run(selectors.task_state, task_id)
         while row is not None and row[0] not in SETTLED:
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -32,5 +31,5 @@ async def wait_until_settled(task_id: Any, *, timeout: float) -> str | None:
             # "working") cannot end the wait: skip the read. Anything else, read.
             if hinted and watch.states and all(s and s not in SETTLED for s in watch.states):
                 continue
-            row = await sync_to_async(selectors.task_state)(task_id)
+            row = await dbcalls.run(selectors.task_state, task_id)
         return row[0] if row else None

@@ -165,6 +165,7 @@ class LiveStack:
     url: str
     env: dict[str, str]
     logs: Path
+    web_pid: int = 0
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
@@ -194,6 +195,7 @@ def live(django_db_setup, django_db_blocker):
         "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
         "REDIS_URL": os.environ["REDIS_URL"],
         "DB_POOL": "1",
+        "DB_THREADS": "6",
         "DB_POOL_MAX": "8",
         "HINT_FALLBACK_POLL": "0.5",
         "AGENT_SOFT_TIME_LIMIT": "3",
@@ -223,7 +225,7 @@ def live(django_db_setup, django_db_blocker):
     try:
         _wait_for(web_up, 30, "daphne", logs)
         _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
-        yield LiveStack(url=url, env=env, logs=logs)
+        yield LiveStack(url=url, env=env, logs=logs, web_pid=procs[0].pid)
     finally:
         for proc in procs:
             proc.terminate()

@@ -108,3 +108,28 @@ def test_the_sweeper_sends_again_work_that_was_committed_but_never_enqueued(live
     while Task.objects.get(pk=task.pk).state != "completed" and time.monotonic() < deadline:
         time.sleep(0.1)
     assert Task.objects.get(pk=task.pk).artifacts.get().parts == [{"type": "text", "text": "echo: lost"}]
+
+
+def test_blocking_waits_hold_no_thread_in_the_web_process(live, conformance_agent, echo_agent, alice_key):
+    """30 blocking SendMessage calls wait at once while both worker processes are busy;
+    the web process's thread count must not grow with them."""
+    import concurrent.futures
+    from pathlib import Path
+
+    def threads() -> int:
+        status = Path(f"/proc/{live.web_pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+    slow = {"message": user_message(messageId="test-resubscribe-message-id-busy"),
+            "configuration": {"returnImmediately": True}}
+    for _ in range(2):  # the worker has two processes: occupy both for about 4 s
+        call(live, "/agents/acme/conformance/", "SendMessage", slow)
+    before = threads()
+    with concurrent.futures.ThreadPoolExecutor(30) as pool:
+        futures = [pool.submit(call, live, "/agents/acme/echo/", "SendMessage",
+                               {"message": user_message(f"n{i}")}, alice_key) for i in range(30)]
+        time.sleep(2)  # all 30 are parked waiting now
+        during = threads()
+        results = [f.result(timeout=30) for f in futures]
+    assert all(r["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for r in results)
+    assert during - before < 10, (before, during)

@@ -1,7 +1,7 @@
 """The A2A 1.0 JSON-RPC methods: decode params, call services/selectors, encode the result.
 
-Handlers are coroutines; database work runs in one `sync_to_async` hop per step so that a
-blocking SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
+Handlers are coroutines; database work runs in one `dbcalls.run` hop per step, and a blocking
+SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
 """
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from registry.models import Agent
 from registry.selectors import Principal
 
-from ... import selectors, services
+from ... import dbcalls, selectors, services
 from ...errors import (
     ExtendedAgentCardNotConfigured, InvalidAgentResponse, InvalidParams, PushNotificationNotSupported,
     TaskNotFound, UnsupportedOperation,
@@ -82,11 +81,11 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
                                    known_history=[stored])
         return task.pk, {"task": codec.encode_task(view)}
 
-    task_id, immediate = await sync_to_async(receive)()
+    task_id, immediate = await dbcalls.run(receive)
     if immediate is not None:
         return immediate
     await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT)
-    return await sync_to_async(_encoded_task)(task_id, history_length, as_reply=True)
+    return await dbcalls.run(_encoded_task, task_id, history_length, as_reply=True)
 
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -99,7 +98,7 @@ async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             raise TaskNotFound(f"task {task_id!r} not found")
         return codec.encode_task(selectors.task_view(task, history_length=history_length))
 
-    return await sync_to_async(read)()
+    return await dbcalls.run(read)
 
 
 async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +125,7 @@ async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             "totalSize": total,
         }
 
-    return await sync_to_async(read)()
+    return await dbcalls.run(read)
 
 
 async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +135,7 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
         return _encoded_task(task.pk, None, as_reply=False)["task"]
 
-    return await sync_to_async(cancel)()
+    return await dbcalls.run(cancel)
 
 
 async def streaming_not_enabled(call: Call, params: dict[str, Any]) -> Any:
