@@ -124,6 +124,9 @@ HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)
+# Agents and API keys found by protocol requests are cached in-process this long (seconds);
+# a revoked key or a changed agent takes effect within it. 0 = no cache.
+AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
 # Card caching (seconds).
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
 

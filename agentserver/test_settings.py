@@ -14,6 +14,9 @@ os.environ.setdefault("CELERY_QUEUE", f"agentserver-test-{os.getpid()}")
 os.environ.setdefault("DB_POOL", "0")
 # ... and run the views' ORM calls on the test's own thread, so they see its transaction.
 os.environ.setdefault("DB_THREADS", "0")
+# Tests create and delete agents and keys under the same names; caching them would leak
+# across tests (tests of the cache itself switch it on).
+os.environ.setdefault("AUTH_CACHE_SECONDS", "0")
 os.environ.pop("AGENTSERVER_EMBEDDED", None)
 
 from .settings import *  # noqa: E402,F403

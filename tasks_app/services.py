@@ -104,12 +104,14 @@ def message_receive(
     dialect: str = Dialect.A2A_1_0,
     accepted_output_modes: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
+    new_task_id: uuid.UUID | None = None,
 ) -> tuple[Task, Message]:
     """A client's message: start a task, or continue an interrupted one, and queue the agent.
 
     The rules are A2A's (spec 001 and the 1.0 spec §3.4): the server chooses task ids;
     a message without a context gets a new one; a follow-up naming only the task takes the
     task's context; a context that contradicts the task is refused; terminal tasks are closed.
+    `new_task_id` lets a caller that must watch the task before it exists choose its id.
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
@@ -137,6 +139,7 @@ def message_receive(
         else:
             # A new task is written in four inserts and no update: this is the hot path.
             task = Task(
+                id=new_task_id or uuid.uuid4(),
                 tenant_id=agent.tenant_id,
                 agent=agent,
                 owner=principal.name,
@@ -284,21 +287,27 @@ def artifact_append(
     artifact_id = artifact_id or str(uuid.uuid4())
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
-        artifact = Artifact.objects.filter(task=task, artifact_id=artifact_id).first()
-        if artifact is None:
-            artifact = Artifact.objects.create(
+        if append:
+            artifact = Artifact.objects.filter(task=task, artifact_id=artifact_id).first()
+            if artifact is None:
+                artifact = Artifact.objects.create(
+                    task=task, artifact_id=artifact_id, name=name, description=description,
+                    parts=parts, metadata=metadata or {}, complete=last_chunk,
+                )
+            else:
+                artifact.parts = [*artifact.parts, *parts]
+                artifact.complete = last_chunk
+                artifact.save(update_fields=["parts", "complete", "updated_at"])
+        else:
+            # Not a chunk: the artifact is (re)placed whole, in one INSERT … ON CONFLICT.
+            artifact = Artifact(
                 task=task, artifact_id=artifact_id, name=name, description=description,
                 parts=parts, metadata=metadata or {}, complete=last_chunk,
             )
-        elif append:
-            artifact.parts = [*artifact.parts, *parts]
-            artifact.complete = last_chunk
-            artifact.save(update_fields=["parts", "complete", "updated_at"])
-        else:
-            artifact.parts, artifact.complete = parts, last_chunk
-            artifact.name, artifact.description = name or artifact.name, description or artifact.description
-            artifact.metadata = metadata or artifact.metadata
-            artifact.save()
+            Artifact.objects.bulk_create(
+                [artifact], update_conflicts=True, unique_fields=["task", "artifact_id"],
+                update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
+            )
         _event_append(
             task=task,
             kind=EventKind.ARTIFACT,

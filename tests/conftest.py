@@ -196,6 +196,7 @@ def live(django_db_setup, django_db_blocker):
         "REDIS_URL": os.environ["REDIS_URL"],
         "DB_POOL": "1",
         "DB_THREADS": "6",
+        "AUTH_CACHE_SECONDS": "0",
         "DB_POOL_MAX": "8",
         "HINT_FALLBACK_POLL": "0.5",
         "AGENT_SOFT_TIME_LIMIT": "3",

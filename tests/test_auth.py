@@ -62,3 +62,25 @@ def test_the_create_api_key_command_prints_a_working_key(rpc, echo_agent, capsys
     key = capsys.readouterr().out.strip()
     assert rpc(ECHO, "ListTasks", {}, key=key).result["totalSize"] == 0
     assert ApiKey.objects.get(name="ci").principal == "carol"
+
+
+def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(rpc, echo_agent, alice_key, settings,
+                                                                          django_assert_num_queries):
+    from django.utils import timezone
+
+    from registry.selectors import caches_clear
+
+    settings.AUTH_CACHE_SECONDS = 60
+    caches_clear()
+    try:
+        assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32001
+        with django_assert_num_queries(0):  # agent and key both come from the cache
+            assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32001
+        ApiKey.objects.update(revoked_at=timezone.now())
+        assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 200  # still cached
+        settings.AUTH_CACHE_SECONDS = 0  # as if the entry had expired
+        assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
+        settings.AUTH_CACHE_SECONDS = 60
+        assert rpc(ECHO, "GetTask", {"id": "x"}, key="ask_0_bogus").status == 401  # misses are not cached
+    finally:
+        caches_clear()

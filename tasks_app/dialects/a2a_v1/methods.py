@@ -6,6 +6,7 @@ SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -14,7 +15,7 @@ from django.conf import settings
 from registry.models import Agent
 from registry.selectors import Principal
 
-from ... import dbcalls, selectors, services
+from ... import dbcalls, hints, selectors, services
 from ...errors import (
     ExtendedAgentCardNotConfigured, InvalidAgentResponse, InvalidParams, PushNotificationNotSupported,
     TaskNotFound, UnsupportedOperation,
@@ -22,7 +23,7 @@ from ...errors import (
 from ...cards import extended_agent_card
 from ...lifecycle import Dialect, Failure
 from ...models import Task
-from ...waiting import wait_until_settled
+from ...waiting import wait_for
 from . import codec
 
 
@@ -47,15 +48,28 @@ def _required_id(params: dict, key: str = "id") -> str:
     return value
 
 
+def _canonical_id(task_id: str) -> str:
+    """Hints name tasks by their canonical UUID text; a client may write it otherwise."""
+    try:
+        return str(uuid.UUID(task_id))
+    except ValueError:
+        return task_id
+
+
 def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -> dict[str, Any]:
+    return _answer(task_id, history_length, as_reply=as_reply)[1]
+
+
+def _answer(task_id: Any, history_length: int | None, *, as_reply: bool) -> tuple[str, dict[str, Any]]:
+    """(state, SendMessage result) of a task: the task, or the bare reply it stands for."""
     task = Task.objects.select_related("status_message").get(pk=task_id)
     if as_reply and task.failure == Failure.INVALID_RESPONSE:
         reason = selectors.failure_reason(task)
         raise InvalidAgentResponse(f"task {task.pk} failed: {reason}")
     view = selectors.task_view(task, history_length=history_length)
     if as_reply and view.reply_only and view.status_message is not None:
-        return {"message": codec.encode_bare_message(view.status_message)}
-    return {"task": codec.encode_task(view)}
+        return task.state, {"message": codec.encode_bare_message(view.status_message)}
+    return task.state, {"task": codec.encode_task(view)}
 
 
 async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -68,24 +82,32 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         raise PushNotificationNotSupported("push notifications are not enabled for this agent")
     metadata = _object(params, "metadata")
 
-    def receive() -> tuple[Any, dict[str, Any] | None]:
+    # The watch goes up before the task is written, under the id it will get: whatever the
+    # worker does after the commit wakes us, so there is nothing to read until a hint comes.
+    task_id = _canonical_id(message.task_id) if message.task_id else str(uuid.uuid4())
+
+    def receive() -> dict[str, Any] | None:
         task, stored = services.message_receive(
             agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
             accepted_output_modes=accepted, metadata=metadata,
+            new_task_id=None if message.task_id else uuid.UUID(task_id),
         )
         if not return_immediately:
-            return task.pk, None
+            return None
         if message.task_id:  # a follow-up: the history is longer than what we just wrote
-            return task.pk, _encoded_task(task.pk, history_length, as_reply=False)
+            return _encoded_task(task.pk, history_length, as_reply=False)
         view = selectors.task_view(task, history_length=history_length, include_artifacts=False,
                                    known_history=[stored])
-        return task.pk, {"task": codec.encode_task(view)}
+        return {"task": codec.encode_task(view)}
 
-    task_id, immediate = await dbcalls.run(receive)
-    if immediate is not None:
-        return immediate
-    await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT)
-    return await dbcalls.run(_encoded_task, task_id, history_length, as_reply=True)
+    async with hints.watch(task_id) as watch:
+        immediate = await dbcalls.run(receive)
+        if immediate is not None:
+            return immediate
+        return await wait_for(
+            watch, lambda: _answer(task_id, history_length, as_reply=True),
+            timeout=settings.A2A_BLOCKING_TIMEOUT, read_first=False,
+        )
 
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
