@@ -10,7 +10,7 @@ import base64
 import binascii
 import re
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from ... import parts as P
 from ...domain import ArtifactView, MessageView, NewMessage, TaskView
@@ -81,39 +81,31 @@ def parse_state(value: Any, where: str) -> str:
     raise InvalidParams(f"{where} must be a TaskState such as TASK_STATE_WORKING, got {value!r}")
 
 
-def _opt_str(obj: dict, key: str, where: str) -> str | None:
+def _typed(obj: dict, key: str, where: str, check: Callable[[Any], bool], what: str, empty: Any) -> Any:
+    """An optional member of the expected type, `empty` when absent; InvalidParams otherwise."""
     value = get(obj, key)
     if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidParams(f"{where}.{key} must be a string")
-    return value
-
-
-def _opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
-    value = get(obj, key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InvalidParams(f"{where}.{key} must be an object")
-    return value
-
-
-def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
-    value = get(obj, key)
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidParams(f"{where}.{key} must be a list of strings")
+        return empty
+    if not check(value):
+        raise InvalidParams(f"{where}.{key} must be {what}")
     return value
 
 
 def opt_str(obj: dict, key: str, where: str) -> str | None:
-    return _opt_str(obj, key, where)
+    return _typed(obj, key, where, lambda v: isinstance(v, str), "a string", None)
 
 
 def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
-    return _opt_obj(obj, key, where)
+    return _typed(obj, key, where, lambda v: isinstance(v, dict), "an object", {})
+
+
+def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
+    return _typed(obj, key, where, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+                  "a list of strings", [])
+
+
+def opt_bool(obj: dict, key: str, where: str) -> bool | None:
+    return _typed(obj, key, where, lambda v: isinstance(v, bool), "true or false", None)
 
 
 def opt_int(obj: dict, key: str, where: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
@@ -129,15 +121,6 @@ def opt_int(obj: dict, key: str, where: str, *, minimum: int | None = None, maxi
         raise InvalidParams(f"{where}.{key} must be at least {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise InvalidParams(f"{where}.{key} must be at most {maximum}, got {value}")
-    return value
-
-
-def opt_bool(obj: dict, key: str, where: str) -> bool | None:
-    value = get(obj, key)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise InvalidParams(f"{where}.{key} must be true or false")
     return value
 
 
@@ -170,13 +153,13 @@ def decode_part(obj: Any, where: str) -> P.Part:
             if not value:
                 raise InvalidParams(f"{where}.url must not be empty")
             part = {"type": "file", "uri": value}
-    media_type = _opt_str(obj, "mediaType", where)
-    filename = _opt_str(obj, "filename", where)
+    media_type = opt_str(obj, "mediaType", where)
+    filename = opt_str(obj, "filename", where)
     if media_type:
         part["media_type"] = media_type
     if filename:
         part["name"] = filename
-    metadata = _opt_obj(obj, "metadata", where)
+    metadata = opt_obj(obj, "metadata", where)
     if metadata:
         part["metadata"] = metadata
     return part
@@ -219,11 +202,11 @@ def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
         message_id=message_id,
         role=role,
         parts=[decode_part(p, f"{where}.parts[{i}]") for i, p in enumerate(raw_parts)],
-        metadata=_opt_obj(obj, "metadata", where),
+        metadata=opt_obj(obj, "metadata", where),
         extensions=opt_str_list(obj, "extensions", where),
         reference_task_ids=opt_str_list(obj, "referenceTaskIds", where),
-        context_id=_opt_str(obj, "contextId", where) or None,
-        task_id=_opt_str(obj, "taskId", where) or None,
+        context_id=opt_str(obj, "contextId", where) or None,
+        task_id=opt_str(obj, "taskId", where) or None,
     )
 
 
