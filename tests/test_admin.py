@@ -1,0 +1,36 @@
+"""Operators inspect tasks and manage keys in the Django admin."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from registry.models import ApiKey
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def operator(client):
+    user = get_user_model().objects.create_superuser("op", "op@example.com", "pw-for-tests-only")
+    client.force_login(user)
+    return client
+
+
+def test_an_operator_browses_a_task_with_its_history_and_events(operator, rpc, writer_agent, alice_key):
+    task = rpc.send("/agents/acme/writer/", "a letter about spring", key=alice_key).result["task"]
+    listing = operator.get("/admin/tasks_app/task/")
+    assert listing.status_code == 200 and task["id"] in listing.content.decode()
+    page = operator.get(f"/admin/tasks_app/task/{task['id']}/change/").content.decode()
+    assert "Planning a letter about spring" in page  # a status message
+    assert "letter.txt" in page  # the artifact
+    assert "completed" in page  # the status history and the event log
+
+
+def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(operator, tenant, echo_agent, rpc):
+    response = operator.post("/admin/registry/apikey/add/", {"tenant": tenant.pk, "name": "from-admin",
+                                                             "principal": "dora"}, follow=True)
+    assert response.status_code == 200
+    shown = next(m.message for m in response.context["messages"] if "ask_" in m.message)
+    plaintext = shown[shown.index("ask_"):].strip()
+    stored = ApiKey.objects.get(name="from-admin")
+    assert plaintext not in stored.key_hash and stored.principal == "dora"
+    assert rpc("/agents/acme/echo/", "ListTasks", {}, key=plaintext).result["totalSize"] == 0
