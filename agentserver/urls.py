@@ -11,3 +11,5 @@ urlpatterns = [
     # Clients often drop the trailing slash; a redirect would lose a POST body.
     path("agents/<slug:tenant>/<slug:agent>", views.agent_rpc),
 ]
+
+handler404 = "tasks_app.views.not_found"

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse
 from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
@@ -77,6 +78,14 @@ def _check_version(version: str) -> None:
 
 @csrf_exempt
 async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    try:
+        return await _agent_rpc(request, tenant, agent)
+    except Exception:  # noqa: BLE001 - e.g. the database is down: answer in JSON-RPC, never a page
+        log.exception("agent endpoint /agents/%s/%s/ failed", tenant, agent)
+        return _json(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged"), 500)
+
+
+async def _agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
     if request.method != "POST":
         response = _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, "send JSON-RPC requests with POST"), 405)
         response["Allow"] = "POST"
@@ -96,7 +105,12 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         return _json(jsonrpc.domain_error(None, exc))
 
     try:
-        call = jsonrpc.parse(request.body)
+        body = request.body
+    except RequestDataTooBig:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes"), 413)
+    try:
+        call = jsonrpc.parse(body)
     except jsonrpc.EnvelopeError as exc:
         return _json(jsonrpc.error(exc.request_id, exc.code, exc.message))
 
@@ -154,3 +168,12 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
 
 def healthz(request: HttpRequest) -> HttpResponse:
     return _json(b'{"ok":true}')
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """404 in JSON under /agents/ (clients there parse JSON); Django's page elsewhere."""
+    if request.path.startswith("/agents/"):
+        return _json(orjson.dumps({"error": f"nothing at {request.path}"}), 404)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception)

@@ -84,3 +84,28 @@ def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(rpc, e
         assert rpc(ECHO, "GetTask", {"id": "x"}, key="ask_0_bogus").status == 401  # misses are not cached
     finally:
         caches_clear()
+
+
+def test_a_body_over_the_upload_limit_is_refused_in_json(rpc, echo_agent, alice_key, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1000
+    response = rpc.raw(ECHO, b'{"jsonrpc": "2.0", "pad": "' + b"x" * 2000 + b'"}', key=alice_key)
+    assert response.status == 413 and response.body["error"]["code"] == -32600
+
+
+def test_an_unknown_path_under_agents_is_404_in_json(client, db):
+    response = client.get("/agents/acme/")
+    assert response.status_code == 404 and response.json()["error"]
+
+
+def test_a_failing_database_answers_in_json_rpc_not_a_page(rpc, echo_agent, alice_key, monkeypatch):
+    from django.db import OperationalError
+
+    from tasks_app import views
+
+    def down(*args):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(views, "_lookup", down)
+    response = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
+    assert response.status == 500 and response.body["error"]["code"] == -32603
+    assert "refused" not in response.body["error"]["message"]
