@@ -7,7 +7,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 
@@ -22,7 +22,7 @@ class Principal:
     name: str
     api_key_id: int | None = None
 
-    ANONYMOUS: "Principal" = None  # type: ignore[assignment]
+    ANONYMOUS: ClassVar["Principal"]
 
     @property
     def is_anonymous(self) -> bool:

@@ -6,8 +6,6 @@ import hashlib
 import secrets
 from typing import Any
 
-from django.db import transaction
-
 from .models import Agent, ApiKey, Tenant
 
 KEY_PREFIX = "ask"
@@ -32,7 +30,6 @@ def api_key_create(*, tenant: Tenant, name: str, principal: str | None = None) -
     return key, plaintext
 
 
-@transaction.atomic
 def tenant_ensure(*, slug: str, name: str) -> Tenant:
     tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name})
     return tenant

@@ -6,11 +6,20 @@ through `AgentContext`. None of them is an ORM object.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from .parts import Part
+
+
+def parse_task_id(value: str) -> uuid.UUID | None:
+    """A task id as the store knows it (a UUID), or None for anything that cannot be one."""
+    try:
+        return uuid.UUID(str(value))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

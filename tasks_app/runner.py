@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 def run(*, task_id: Any, run_token: Any) -> str:
     """Returns what happened, for logs and tests: claimed elsewhere, gone, done, failed."""
     run_token = uuid.UUID(str(run_token))  # Celery hands it over as a string
+
+    def fail(failure: str, reason: str) -> str:
+        services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason)
+        return "failed"
+
     if not services.run_claim(task_id=task_id, run_token=run_token):
         return "not-claimed"
     loaded = selectors.run_inputs(task_id)
@@ -30,10 +35,7 @@ def run(*, task_id: Any, run_token: Any) -> str:
     task, history = loaded
     executor = executor_for(task.agent.executor)
     if executor is None:
-        services.run_fail(task_id=task_id, run_token=run_token,
-                          failure=Failure.MISCONFIGURED,
-                          reason=f"the agent is misconfigured: no executor named {task.agent.executor!r}")
-        return "failed"
+        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {task.agent.executor!r}")
     latest_user = next((m for m in reversed(history) if m.role == Role.USER), None)
     ctx = AgentContext(
         task_id=str(task.pk),
@@ -49,23 +51,14 @@ def run(*, task_id: Any, run_token: Any) -> str:
     except TaskClosed:
         return "closed"
     except SoftTimeLimitExceeded:
-        services.run_fail(task_id=task_id, run_token=run_token,
-                          failure=Failure.TIME_LIMIT,
-                          reason=f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
-        return "failed"
+        return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
     except (InvalidTransition, PartError) as exc:
-        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.INVALID_RESPONSE,
-                          reason=f"the agent gave an invalid response: {exc}")
-        return "failed"
+        return fail(Failure.INVALID_RESPONSE, f"the agent gave an invalid response: {exc}")
     except Exception as exc:  # noqa: BLE001 - an agent's bug must never leave its task hanging
         log.exception("executor %s failed on task %s", executor.name, task_id)
-        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.AGENT_ERROR,
-                          reason=f"the agent raised {type(exc).__name__}")
-        return "failed"
+        return fail(Failure.AGENT_ERROR, f"the agent raised {type(exc).__name__}")
     if not ctx.settled:
         if ctx.cancelled:  # the executor saw the cancellation and stopped, as it should
             return "closed"
-        services.run_fail(task_id=task_id, run_token=run_token, failure=Failure.INVALID_RESPONSE,
-                          reason="the agent returned without completing the task or asking for input")
-        return "failed"
+        return fail(Failure.INVALID_RESPONSE, "the agent returned without completing the task or asking for input")
     return "done"

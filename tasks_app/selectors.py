@@ -14,21 +14,13 @@ from django.db.models import Q
 from registry.models import Agent
 from registry.selectors import Principal
 
-from .domain import ArtifactView, MessageView, TaskView
+from .domain import ArtifactView, MessageView, TaskView, parse_task_id
 from .errors import InvalidParams
-from .models import Artifact, Message, StatusChange, Task, TaskEvent
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(str(value))
-    except ValueError:
-        return False
-    return True
+from .models import Artifact, Message, StatusChange, Task
 
 
 def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
-    if not _is_uuid(task_id):
+    if parse_task_id(task_id) is None:
         return None
     return (
         Task.objects.select_related("status_message")
@@ -37,7 +29,12 @@ def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task
     )
 
 
-def _message_view(m: Message) -> MessageView:
+def task_by_id(task_id: Any) -> Task:
+    """A task with its status message, for encoding; the caller already knows it may see it."""
+    return Task.objects.select_related("status_message").get(pk=task_id)
+
+
+def message_view(m: Message) -> MessageView:
     return MessageView(
         message_id=m.message_id,
         role=m.role,
@@ -62,7 +59,7 @@ def _view(task: Task, history: list[MessageView], artifacts: list[ArtifactView])
         id=str(task.id),
         context_id=task.context_id,
         state=task.state,
-        status_message=_message_view(task.status_message) if task.status_message_id else None,
+        status_message=message_view(task.status_message) if task.status_message_id else None,
         status_timestamp=task.status_timestamp,
         history=history,
         artifacts=artifacts,
@@ -71,25 +68,25 @@ def _view(task: Task, history: list[MessageView], artifacts: list[ArtifactView])
     )
 
 
+def _last(messages: list[MessageView], history_length: int | None) -> list[MessageView]:
+    """The newest `history_length` messages (all of them for None, none for 0)."""
+    if history_length is None:
+        return messages
+    return messages[-history_length:] if history_length else []
+
+
 def _history_for(task_ids: Iterable[Any], history_length: int | None) -> dict[Any, list[MessageView]]:
     by_task: dict[Any, list[MessageView]] = defaultdict(list)
     if history_length == 0:
         return by_task
-    ids = list(task_ids)
-    query = Message.objects.filter(task_id__in=ids) if len(ids) > 1 else Message.objects.filter(task_id=ids[0])
-    for m in query.order_by("id"):
-        by_task[m.task_id].append(_message_view(m))
-    if history_length is not None:
-        for key, messages in by_task.items():
-            by_task[key] = messages[-history_length:]
-    return by_task
+    for m in Message.objects.filter(task_id__in=list(task_ids)).order_by("id"):
+        by_task[m.task_id].append(message_view(m))
+    return {key: _last(messages, history_length) for key, messages in by_task.items()}
 
 
 def _artifacts_for(task_ids: Iterable[Any]) -> dict[Any, list[ArtifactView]]:
     by_task: dict[Any, list[ArtifactView]] = defaultdict(list)
-    ids = list(task_ids)
-    query = Artifact.objects.filter(task_id__in=ids) if len(ids) > 1 else Artifact.objects.filter(task_id=ids[0])
-    for a in query.order_by("id"):
+    for a in Artifact.objects.filter(task_id__in=list(task_ids)).order_by("id"):
         by_task[a.task_id].append(_artifact_view(a))
     return by_task
 
@@ -101,18 +98,16 @@ def task_view(
     """A task with its history and artifacts. `known_history` spares a query when the caller
     just wrote the only messages there are (a brand-new task)."""
     if known_history is not None:
-        history = [_message_view(m) for m in known_history]
-        history = [] if history_length == 0 else history[-history_length:] if history_length else history
+        history = _last([message_view(m) for m in known_history], history_length)
     else:
         history = _history_for([task.pk], history_length).get(task.pk, [])
     artifacts = _artifacts_for([task.pk]).get(task.pk, []) if include_artifacts else []
     return _view(task, history, artifacts)
 
 
-def task_state(task_id: Any) -> tuple[str, bool] | None:
-    """(state, reply_only) of a task: the cheap read a waiter repeats."""
-    row = Task.objects.filter(pk=task_id).values_list("state", "reply_only").first()
-    return row
+def task_state(task_id: Any) -> str | None:
+    """The state of a task (None if it is gone): the cheap read a waiter repeats."""
+    return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
 
 
 def _encode_cursor(ts: datetime, pk: Any) -> str:
@@ -170,10 +165,6 @@ def run_inputs(task_id: Any) -> tuple[Task, list[MessageView]] | None:
     if task is None:
         return None
     return task, _history_for([task.pk], None).get(task.pk, [])
-
-
-def events_after(task_id: Any, seq: int, limit: int = 500) -> list[TaskEvent]:
-    return list(TaskEvent.objects.filter(task_id=task_id, seq__gt=seq).order_by("seq")[:limit])
 
 
 def failure_reason(task: Task) -> str:

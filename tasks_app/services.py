@@ -7,7 +7,6 @@ the wake-up hint and enqueue work. No network I/O and no agent code run inside.
 
 from __future__ import annotations
 
-import logging
 import uuid
 from datetime import datetime
 from typing import Any
@@ -19,33 +18,18 @@ from registry.models import Agent
 from registry.selectors import Principal
 
 from . import hints
-from .domain import MessageView, NewMessage
+from .domain import NewMessage, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 from .parts import Part
-
-log = logging.getLogger(__name__)
-
-
-def _message_view(message: Message, task_id: Any) -> MessageView:
-    return MessageView(
-        message_id=message.message_id,
-        role=message.role,
-        parts=message.parts,
-        context_id=message.context_id,
-        task_id=str(task_id),
-        metadata=message.metadata,
-        extensions=message.extensions,
-        reference_task_ids=message.reference_task_ids,
-    )
-
+from .selectors import message_view
 
 def _status_payload(state: str, message: Message | None, at: datetime, reason: str = "") -> dict[str, Any]:
     payload: dict[str, Any] = {
         "state": state,
         "timestamp": at.isoformat(),
-        "message": _message_view(message, message.task_id).as_payload() if message else None,
+        "message": message_view(message).as_payload() if message else None,
     }
     if reason:
         payload["reason"] = reason
@@ -66,8 +50,8 @@ def _after_commit(task: Task) -> None:
 def _enqueue_run(task: Task) -> None:
     from .tasks import enqueue_run  # the Celery module imports services; import late
 
-    task_id, token, agent_id = task.id, task.run_token, task.agent_id
-    transaction.on_commit(lambda: enqueue_run(task_id=task_id, run_token=token, agent_id=agent_id))
+    task_id, token = task.id, task.run_token
+    transaction.on_commit(lambda: enqueue_run(task_id=task_id, run_token=token))
 
 
 def _message_store(*, task: Task, message: NewMessage, context_id: str) -> Message:
@@ -171,10 +155,8 @@ def _run_request(task: Task, now: datetime) -> None:
 
 
 def _task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
-    try:
-        uuid.UUID(str(task_id))
-    except ValueError:
-        raise TaskNotFound(f"task {task_id!r} not found") from None
+    if parse_task_id(task_id) is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
     task = (
         Task.objects.select_for_update()
         .filter(pk=task_id, agent=agent, owner=principal.name)
@@ -264,7 +246,7 @@ def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metada
         # Once a task has had a follow-up the client holds it as a task: it stays one.
         task.reply_only = Message.objects.filter(task=task, role=Role.USER)[:2].count() == 1
         _event_append(
-            task=task, kind=EventKind.MESSAGE, payload={"message": _message_view(message, task.id).as_payload()}
+            task=task, kind=EventKind.MESSAGE, payload={"message": message_view(message).as_payload()}
         )
         _set_status(task=task, state=TaskState.COMPLETED, message=message, at=now)
         task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"])
@@ -336,7 +318,7 @@ def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) 
     return True
 
 
-def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tuple[Any, Any, int]], int]:
+def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tuple[Any, Any]], int]:
     """Find committed work no worker picked up (to enqueue again), and fail runs whose
     worker vanished (claimed longer ago than the hard time limit allows)."""
     now = timezone.now()
@@ -347,7 +329,7 @@ def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tup
             run_requested_at__lt=now - timezone.timedelta(seconds=unclaimed_after),
         )
         .exclude(state__in=TERMINAL)
-        .values_list("id", "run_token", "agent_id")[:500]
+        .values_list("id", "run_token")[:500]
     )
     # Touch run_requested_at so the next sweep does not enqueue them again right away.
     if unclaimed:

@@ -18,7 +18,7 @@ def run_agent(task_id: str, run_token: str) -> str:
     return runner.run(task_id=task_id, run_token=run_token)
 
 
-def enqueue_run(*, task_id: Any, run_token: Any, agent_id: Any = None) -> None:
+def enqueue_run(*, task_id: Any, run_token: Any) -> None:
     """Send one run to the workers. Called after commit; if the broker is down the work stays
     committed and unclaimed, and the sweeper sends it again."""
     try:
@@ -37,8 +37,8 @@ def sweep_stuck_work() -> dict[str, int]:
         unclaimed_after=settings.SWEEP_UNCLAIMED_AFTER,
         lost_after=settings.AGENT_TIME_LIMIT + 60,
     )
-    for task_id, token, agent_id in unclaimed:
-        enqueue_run(task_id=task_id, run_token=token, agent_id=agent_id)
+    for task_id, token in unclaimed:
+        enqueue_run(task_id=task_id, run_token=token)
     if unclaimed or failed:
         log.info("sweeper: re-enqueued %d, failed %d lost runs", len(unclaimed), failed)
     return {"requeued": len(unclaimed), "failed": failed}

@@ -184,3 +184,19 @@ def test_get_task_of_another_caller_looks_like_a_missing_task(rpc, echo_agent, a
     assert rpc(ECHO, "CancelTask", {"id": task_id}, key=bob_key).error["code"] == -32001
     follow_up = rpc(ECHO, "SendMessage", {"message": user_message(taskId=task_id)}, key=bob_key)
     assert follow_up.error["code"] == -32001
+
+
+def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_agent, alice_key, monkeypatch,
+                                                                       settings):
+    """Nobody runs the agent: the wait polls until its timeout, then answers with the task as it is."""
+    from tasks_app import selectors, tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    settings.A2A_BLOCKING_TIMEOUT, settings.HINT_FALLBACK_POLL = 1.0, 0.2
+    calls = {"state": 0, "view": 0}
+    state, view = selectors.task_state, selectors.task_view
+    monkeypatch.setattr(selectors, "task_state", lambda *a: calls.__setitem__("state", calls["state"] + 1) or state(*a))
+    monkeypatch.setattr(selectors, "task_view", lambda *a, **k: calls.__setitem__("view", calls["view"] + 1) or view(*a, **k))
+    task = rpc.send(ECHO, key=alice_key).result["task"]
+    assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
+    assert calls["state"] >= 3 and calls["view"] == 1

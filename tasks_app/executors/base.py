@@ -40,8 +40,8 @@ class AgentContext:
     @property
     def cancelled(self) -> bool:
         """True once the task was canceled (or otherwise closed) behind the executor's back."""
-        row = selectors.task_state(self.task_id)
-        return row is None or row[0] in TERMINAL
+        state = selectors.task_state(self.task_id)
+        return state is None or state in TERMINAL
 
     def _move(self, state: str, content: Content, reason: str = "") -> None:
         services.task_transition(

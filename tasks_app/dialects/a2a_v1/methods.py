@@ -21,9 +21,9 @@ from ...errors import (
     TaskNotFound, UnsupportedOperation,
 )
 from ...cards import extended_agent_card
+from ...domain import parse_task_id
 from ...lifecycle import Dialect, Failure
-from ...models import Task
-from ...waiting import wait_for
+from ...waiting import wait_until_settled
 from . import codec
 
 
@@ -48,28 +48,15 @@ def _required_id(params: dict, key: str = "id") -> str:
     return value
 
 
-def _canonical_id(task_id: str) -> str:
-    """Hints name tasks by their canonical UUID text; a client may write it otherwise."""
-    try:
-        return str(uuid.UUID(task_id))
-    except ValueError:
-        return task_id
-
-
 def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -> dict[str, Any]:
-    return _answer(task_id, history_length, as_reply=as_reply)[1]
-
-
-def _answer(task_id: Any, history_length: int | None, *, as_reply: bool) -> tuple[str, dict[str, Any]]:
-    """(state, SendMessage result) of a task: the task, or the bare reply it stands for."""
-    task = Task.objects.select_related("status_message").get(pk=task_id)
+    """A SendMessage-style result: the task, or (as_reply) the bare reply it stands for."""
+    task = selectors.task_by_id(task_id)
     if as_reply and task.failure == Failure.INVALID_RESPONSE:
-        reason = selectors.failure_reason(task)
-        raise InvalidAgentResponse(f"task {task.pk} failed: {reason}")
+        raise InvalidAgentResponse(f"task {task.pk} failed: {selectors.failure_reason(task)}")
     view = selectors.task_view(task, history_length=history_length)
     if as_reply and view.reply_only and view.status_message is not None:
-        return task.state, {"message": codec.encode_bare_message(view.status_message)}
-    return task.state, {"task": codec.encode_task(view)}
+        return {"message": codec.encode_bare_message(view.status_message)}
+    return {"task": codec.encode_task(view)}
 
 
 async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -84,7 +71,9 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
     # The watch goes up before the task is written, under the id it will get: whatever the
     # worker does after the commit wakes us, so there is nothing to read until a hint comes.
-    task_id = _canonical_id(message.task_id) if message.task_id else str(uuid.uuid4())
+    # Hints name tasks by their canonical UUID text, which a client may have written otherwise.
+    known = parse_task_id(message.task_id) if message.task_id else None
+    task_id = str(known or message.task_id or uuid.uuid4())
 
     def receive() -> dict[str, Any] | None:
         task, stored = services.message_receive(
@@ -104,10 +93,8 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         immediate = await dbcalls.run(receive)
         if immediate is not None:
             return immediate
-        return await wait_for(
-            watch, lambda: _answer(task_id, history_length, as_reply=True),
-            timeout=settings.A2A_BLOCKING_TIMEOUT, read_first=False,
-        )
+        await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False)
+    return await dbcalls.run(_encoded_task, task_id, history_length, as_reply=True)
 
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
