@@ -46,6 +46,12 @@ class Agent(models.Model):
         null=True, blank=True,
         help_text='Card members that authenticated callers see in addition, e.g. {"skills": [...]}.',
     )
+    streaming = models.BooleanField(
+        default=True, help_text="Offer live streams (SendStreamingMessage, SubscribeToTask) over SSE."
+    )
+    push_notifications = models.BooleanField(
+        default=True, help_text="Offer push notifications (push config methods and inline configs)."
+    )
     is_public = models.BooleanField(default=False, help_text="Public agents need no API key.")
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)

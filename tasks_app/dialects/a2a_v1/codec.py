@@ -15,7 +15,7 @@ from typing import Any, Callable
 from ... import parts as P
 from ...domain import ArtifactView, MessageView, NewMessage, TaskView
 from ...errors import InvalidParams
-from ...lifecycle import Role, TaskState
+from ...lifecycle import EventKind, Role, TaskState
 
 _STATE_TO_WIRE = {
     TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
@@ -270,3 +270,29 @@ def encode_task(t: TaskView, *, include_artifacts: bool = True) -> dict[str, Any
     if metadata:
         out["metadata"] = metadata
     return out
+
+
+def encode_event(task_id: str, context_id: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """A TaskEvent as the StreamResponse a stream or a push notification carries."""
+    if kind == EventKind.STATUS:
+        message = payload.get("message")
+        status = encode_status(
+            payload["state"],
+            MessageView.from_payload(message) if message else None,
+            datetime.fromisoformat(payload["timestamp"]),
+        )
+        return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": status}}
+    if kind == EventKind.ARTIFACT:
+        artifact = payload["artifact"]
+        return {
+            "artifactUpdate": {
+                "taskId": task_id,
+                "contextId": context_id,
+                "artifact": encode_artifact(ArtifactView(**artifact)),
+                "append": bool(payload.get("append")),
+                "lastChunk": bool(payload.get("last_chunk")),
+            }
+        }
+    if kind == EventKind.MESSAGE:
+        return {"message": encode_message(MessageView.from_payload(payload["message"]))}
+    raise ValueError(f"unknown event kind {kind!r}")
