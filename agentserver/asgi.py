@@ -1,12 +1,14 @@
 """ASGI entry point for daphne: `daphne agentserver.asgi:application`.
 
-Agent endpoints (`/agents/…`) go through a Django handler without the site middleware: they
-authenticate by API key and need no sessions, CSRF, messages or user loading, and each of
-those middleware would cost a thread hop per request on an async view. Everything else (the
-admin) gets the full stack.
+An agent's JSON-RPC endpoint (`/agents/<tenant>/<agent>/`) is a Channels consumer, which can
+answer with an SSE stream. Its other paths (the card) go through a Django handler without the
+site middleware: they authenticate by API key and need no sessions, CSRF, messages or user
+loading, and each of those middleware would cost a thread hop per request on an async view.
+Everything else (the admin) gets the full stack.
 """
 
 import os
+import re
 
 from django.core.asgi import get_asgi_application
 
@@ -47,9 +49,21 @@ class AgentAPIHandler(ASGIHandler):
 agent_api_application = AgentAPIHandler()
 
 
+from tasks_app.consumers import AgentRpcConsumer  # noqa: E402
+
+agent_rpc_application = AgentRpcConsumer.as_asgi()
+AGENT_RPC_PATH = re.compile(r"^/agents/(?P<tenant>[^/]+)/(?P<agent>[^/]+)/?$")
+
+
 async def http_router(scope, receive, send):
-    app = agent_api_application if scope["path"].startswith(API_PREFIX) else django_application
-    await app(scope, receive, send)
+    path = scope["path"]
+    if not path.startswith(API_PREFIX):
+        return await django_application(scope, receive, send)
+    match = AGENT_RPC_PATH.match(path)
+    if match is None:
+        return await agent_api_application(scope, receive, send)
+    scope = {**scope, "url_route": {"args": (), "kwargs": match.groupdict()}}
+    await agent_rpc_application(scope, receive, send)
 
 
 application = ProtocolTypeRouter({"http": http_router})

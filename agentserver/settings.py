@@ -121,6 +121,9 @@ CELERY_BEAT_SCHEDULE = {
 A2A_BLOCKING_TIMEOUT = env.float("A2A_BLOCKING_TIMEOUT", default=AGENT_TIME_LIMIT + 10)
 # Waiters re-read the database this often even when no hint arrives: a lost hint costs this much.
 HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
+# An SSE stream sends a keep-alive comment after this many quiet seconds, and reads the event
+# log then whether or not a hint came: a lost hint delays an event by at most this much.
+SSE_HEARTBEAT = env.float("SSE_HEARTBEAT", default=15.0)
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)

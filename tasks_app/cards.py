@@ -32,7 +32,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "provider": {"organization": agent.tenant.name, "url": base_url},
         "version": agent.version,
         "capabilities": {
-            "streaming": False,
+            "streaming": agent.streaming,
             "pushNotifications": False,
             "extendedAgentCard": agent.has_extended_card,
             **({"extensions": agent.extensions} if agent.extensions else {}),

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import uuid
 import weakref
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import redis
 import redis.asyncio as aioredis
@@ -23,6 +24,9 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 CHANNEL_PREFIX = "agentserver:task:"
+# Hints published here were already handed to this process's listeners in-process; the
+# listener drops their Redis echo, which would cost every local stream one more read.
+_ORIGIN = uuid.uuid4().hex[:12]
 
 _sync_client: redis.Redis | None = None
 _sync_lock = threading.Lock()
@@ -50,7 +54,7 @@ def publish(task_id: str, state: str = "") -> None:
     client = _redis()
     if client is not None:
         try:
-            client.publish(CHANNEL_PREFIX + task_id, state.encode())
+            client.publish(CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
         except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
             log.warning("hint for task %s not published: %s", task_id, exc)
 
@@ -87,7 +91,7 @@ class Listener:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.watches: dict[str, set[Watch]] = {}
+        self.watches: dict[str, set[Any]] = {}
         self._started = False
         self._ready = asyncio.Event()
         self._runner: asyncio.Task | None = None
@@ -133,8 +137,9 @@ class Listener:
                         if message["type"] == "psubscribe":
                             self._ready.set()
                         elif message["type"] == "pmessage":
-                            task_id = message["channel"].decode()[len(CHANNEL_PREFIX):]
-                            self._wake(task_id, message["data"].decode(errors="replace"))
+                            state, _, origin = message["data"].decode(errors="replace").partition("|")
+                            if origin != _ORIGIN:
+                                self._wake(message["channel"].decode()[len(CHANNEL_PREFIX):], state)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep listening whatever went wrong
@@ -145,8 +150,10 @@ class Listener:
                 await client.aclose()
 
     @asynccontextmanager
-    async def watch(self, task_id: str) -> AsyncIterator[Watch]:
-        watch = Watch()
+    async def watch(self, task_id: str, watch: Any = None) -> AsyncIterator[Any]:
+        """Register `watch` (a `Watch` unless given: anything with `_wake(state)`) for the
+        task's hints until the block ends."""
+        watch = Watch() if watch is None else watch
         self.watches.setdefault(task_id, set()).add(watch)
         try:
             await self.start()

@@ -9,6 +9,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.db import connections
 
 from . import selectors, services
 from .errors import InvalidTransition, TaskClosed
@@ -51,6 +52,7 @@ def run(*, task_id: Any, run_token: Any) -> str:
     except TaskClosed:
         return "closed"
     except SoftTimeLimitExceeded:
+        _discard_connections()
         return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
     except (InvalidTransition, PartError) as exc:
         return fail(Failure.INVALID_RESPONSE, f"the agent gave an invalid response: {exc}")
@@ -62,3 +64,16 @@ def run(*, task_id: Any, run_token: Any) -> str:
             return "closed"
         return fail(Failure.INVALID_RESPONSE, "the agent returned without completing the task or asking for input")
     return "done"
+
+
+def _discard_connections() -> None:
+    """The soft time limit is raised by a signal, possibly in the middle of a query, which
+    leaves that connection mid-command: every later query on it (this task's failure, the
+    next tasks of this worker process) would fail. Give it up; the next query gets a fresh one."""
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block:  # not ours to close (only a test runs us inside one)
+            continue
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001 - it is broken; all we want is to stop using it
+            connection.connection = None

@@ -7,8 +7,9 @@ import base64
 import uuid
 from collections import defaultdict
 from datetime import datetime
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
+from django.db import transaction
 from django.db.models import Q
 
 from registry.models import Agent
@@ -16,7 +17,7 @@ from registry.selectors import Principal
 
 from .domain import ArtifactView, MessageView, TaskView, parse_task_id
 from .errors import InvalidParams
-from .models import Artifact, Message, StatusChange, Task
+from .models import Artifact, Message, StatusChange, Task, TaskEvent
 
 
 def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
@@ -172,3 +173,44 @@ def failure_reason(task: Task) -> str:
     return (
         StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
     )
+
+
+# --- the event log, as streams read it ---------------------------------------------------
+
+
+class LoggedEvent(NamedTuple):
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+
+
+def events_after(task_id: Any, seq: int, *, limit: int = 500) -> list[LoggedEvent]:
+    """The task's events after `seq`, oldest first (served by the (task, seq) unique index)."""
+    rows = (
+        TaskEvent.objects.filter(task_id=task_id, seq__gt=seq)
+        .order_by("seq")
+        .values_list("seq", "kind", "payload")[:limit]
+    )
+    return [LoggedEvent(*row) for row in rows]
+
+
+def task_snapshot(
+    *, agent: Agent, principal: Principal, task_id: str, history_length: int | None = None
+) -> tuple[TaskView, int] | None:
+    """The caller's task and the log position it reflects, read as one consistent picture.
+
+    Every writer locks the task row before it appends to the log, so holding that lock for
+    the three reads keeps a chunk from landing both in the snapshot and after its seq.
+    """
+    with transaction.atomic():
+        task = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("status_message")
+            .filter(pk=task_id, agent=agent, owner=principal.name)
+            .first()
+            if parse_task_id(task_id) is not None
+            else None
+        )
+        if task is None:
+            return None
+        return task_view(task, history_length=history_length), task.last_seq

@@ -1,36 +1,25 @@
-"""HTTP endpoints of hosted agents: the JSON-RPC endpoint and the agent card.
-
-Order of checks on the JSON-RPC endpoint, each before anything later is looked at:
-agent exists -> caller authenticated -> Content-Type -> JSON-RPC envelope -> A2A version
--> method -> params. Whatever fails answers in JSON-RPC form (HTTP 401 for authentication),
-never with a Django error page.
-"""
+"""HTTP endpoints of hosted agents through Django: the agent card, and the JSON-RPC
+endpoint's Django adapter (the pipeline itself is in `endpoint`)."""
 
 from __future__ import annotations
 
 import hashlib
-import logging
-from typing import Any
+from contextlib import aclosing
+from typing import Any, AsyncIterator
 
 import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
 
-from registry.models import Agent
-from registry.selectors import Principal, agent_get, api_key_authenticate
+from registry.selectors import agent_get
 
-from . import dbcalls, jsonrpc
-from .cards import API_KEY_HEADER, agent_card, required_extensions
-from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call
-from .errors import ContentTypeNotSupported, DomainError, ExtensionSupportRequired, VersionNotSupported
+from . import endpoint, streams
+from .cards import agent_card
 
-log = logging.getLogger(__name__)
-
-JSON = "application/json"
-JSON_CONTENT_TYPES = {"application/json", "application/a2a+json"}
+JSON = endpoint.JSON
 
 
 def _json(body: bytes, status: int = 200, **headers: str) -> HttpResponse:
@@ -47,99 +36,37 @@ def _base_url(request: HttpRequest) -> str:
     return settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
 
 
-def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | None, Principal | None]:
-    found = agent_get(tenant_slug=tenant, agent_slug=agent)
-    if found is None:
-        return None, None
-    if presented:
-        return found, api_key_authenticate(agent=found, presented=presented)
-    return found, Principal.ANONYMOUS if found.is_public else None
-
-
-def _unauthorized(message: str) -> HttpResponse:
-    body = jsonrpc.error(None, jsonrpc.INVALID_REQUEST, message)
-    return _json(body, 401, WWW_Authenticate=f'ApiKey header="{API_KEY_HEADER}"')
-
-
-def _requested_version(request: HttpRequest) -> str:
-    return (request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or "").strip()
-
-
-def _check_version(version: str) -> None:
-    if version in ("1.0", "1", "1.0.0", "1.0.1"):
-        return
-    if version in ("", "0.3", "0.3.0"):
-        raise VersionNotSupported(
-            "a request without A2A-Version means A2A 0.3, which this server does not speak yet; "
-            "send the header A2A-Version: 1.0"
-        )
-    raise VersionNotSupported(f"A2A version {version!r} is not supported; this endpoint speaks 1.0")
-
-
 @csrf_exempt
 async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    """The JSON-RPC endpoint through Django (the test client, servers other than daphne);
+    daphne serves it with `consumers.AgentRpcConsumer`. Both run `endpoint.handle`."""
     try:
-        return await _agent_rpc(request, tenant, agent)
-    except Exception:  # noqa: BLE001 - e.g. the database is down: answer in JSON-RPC, never a page
-        log.exception("agent endpoint /agents/%s/%s/ failed", tenant, agent)
-        return _json(jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged"), 500)
-
-
-async def _agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
-    if request.method != "POST":
-        response = _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, "send JSON-RPC requests with POST"), 405)
-        response["Allow"] = "POST"
-        return response
-    presented = request.headers.get(API_KEY_HEADER)
-    found, principal = await dbcalls.run(_lookup, tenant, agent, presented)
-    if found is None:
-        return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{tenant}/{agent}/"), 404)
-    if principal is None:
-        return _unauthorized(
-            "invalid API key" if presented else f"this agent needs an API key in the {API_KEY_HEADER} header"
-        )
-
-    content_type = (request.content_type or "").lower()
-    if content_type not in JSON_CONTENT_TYPES:
-        exc = ContentTypeNotSupported(f"Content-Type {content_type or '(none)'!r} is not supported; use {JSON}")
-        return _json(jsonrpc.domain_error(None, exc))
-
-    try:
-        body = request.body
+        body: bytes | None = request.body
     except RequestDataTooBig:
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes"), 413)
+        body = None
+    outcome = await endpoint.handle(endpoint.RpcRequest(
+        tenant=tenant, agent=agent, http_method=request.method or "",
+        headers={name.lower(): value for name, value in request.headers.items()},
+        query=request.GET, body=body, base_url=_base_url(request),
+    ))
+    if isinstance(outcome, endpoint.Reply):
+        response = HttpResponse(outcome.body, status=outcome.status)
+        headers = outcome.all_headers()
+    else:
+        response = StreamingHttpResponse(_frames_then_close(outcome))
+        headers = outcome.all_headers()
+    for name, value in headers.items():
+        response[name] = value
+    return response
+
+
+async def _frames_then_close(outcome: endpoint.Streamed) -> AsyncIterator[bytes]:
     try:
-        call = jsonrpc.parse(body)
-    except jsonrpc.EnvelopeError as exc:
-        return _json(jsonrpc.error(exc.request_id, exc.code, exc.message))
-
-    activated = _activated_extensions(request, found)
-    extra = {"A2A_Extensions": ", ".join(activated)} if activated else {}
-    try:
-        _check_version(_requested_version(request))
-        handler = A2A_V1_METHODS.get(call.method)
-        if handler is None:
-            return _json(jsonrpc.error(call.id, jsonrpc.METHOD_NOT_FOUND, f"method {call.method!r} not found"))
-        missing = [uri for uri in required_extensions(found) if uri not in activated]
-        if missing:
-            raise ExtensionSupportRequired(
-                f"this agent requires the extension(s) {', '.join(missing)}; activate them with the "
-                "A2A-Extensions header"
-            )
-        value = await handler(Call(agent=found, principal=principal, base_url=_base_url(request)), call.params)
-    except DomainError as exc:
-        return _json(jsonrpc.domain_error(call.id, exc), **extra)
-    except Exception:  # noqa: BLE001 - a bug must answer as JSON-RPC, never as a traceback page
-        log.exception("internal error in %s on %s/%s", call.method, tenant, agent)
-        return _json(jsonrpc.error(call.id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged"))
-    return _json(jsonrpc.result(call.id, value), **extra)
-
-
-def _activated_extensions(request: HttpRequest, agent: Agent) -> list[str]:
-    """The extensions the client asked for (A2A-Extensions) that this agent supports."""
-    requested = {u.strip() for u in request.headers.get("A2A-Extensions", "").split(",") if u.strip()}
-    return [e["uri"] for e in agent.extensions if e.get("uri") in requested]
+        async with aclosing(outcome.frames()) as frames:
+            async for frame in frames:
+                yield frame
+    finally:
+        await outcome.aclose()
 
 
 def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
@@ -167,7 +94,9 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
 
 
 def healthz(request: HttpRequest) -> HttpResponse:
-    return _json(b'{"ok":true}')
+    """Liveness, and the SSE streams this process holds open (a stream whose client left
+    must not be counted for long: operators and tests read this to see leaks)."""
+    return _json(orjson.dumps({"ok": True, "streams": streams.open_stream_count()}))
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -162,10 +162,20 @@ def _free_port() -> int:
 
 @dataclass
 class LiveStack:
-    url: str
+    """Two daphne processes (no shared memory between them) and a Celery worker."""
+
+    urls: list[str]
     env: dict[str, str]
     logs: Path
-    web_pid: int = 0
+    web_pids: list[int]
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def web_pid(self) -> int:
+        return self.web_pids[0]
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")
@@ -187,7 +197,7 @@ def live(django_db_setup, django_db_blocker):
     from django.db import connection
 
     db = connection.settings_dict
-    port = _free_port()
+    ports = [_free_port(), _free_port()]
     logs = Path(tempfile.mkdtemp(prefix="agentserver-live-"))
     env = {
         **os.environ,
@@ -199,6 +209,7 @@ def live(django_db_setup, django_db_blocker):
         "AUTH_CACHE_SECONDS": "0",
         "DB_POOL_MAX": "8",
         "HINT_FALLBACK_POLL": "0.5",
+        "SSE_HEARTBEAT": "1",
         "AGENT_SOFT_TIME_LIMIT": "3",
         "AGENT_TIME_LIMIT": "6",
         "SWEEP_UNCLAIMED_AFTER": "1",
@@ -207,26 +218,28 @@ def live(django_db_setup, django_db_blocker):
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
-            cwd=ROOT, env=env, stdout=open(logs / "web.log", "wb"), stderr=subprocess.STDOUT,
-        ),
+            cwd=ROOT, env=env, stdout=open(logs / f"web{i}.log", "wb"), stderr=subprocess.STDOUT,
+        )
+        for i, port in enumerate(ports)
+    ] + [
         subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "agentserver", "worker", "-l", "info", "--concurrency", "2",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             cwd=ROOT, env=env, stdout=open(logs / "worker.log", "wb"), stderr=subprocess.STDOUT,
         ),
     ]
-    url = f"http://127.0.0.1:{port}"
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
 
     def web_up() -> bool:
         try:
-            return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+            return all(httpx.get(f"{url}/healthz", timeout=1).status_code == 200 for url in urls)
         except httpx.HTTPError:
             return False
 
     try:
         _wait_for(web_up, 30, "daphne", logs)
         _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
-        yield LiveStack(url=url, env=env, logs=logs, web_pid=procs[0].pid)
+        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]])
     finally:
         for proc in procs:
             proc.terminate()

@@ -100,12 +100,12 @@ def test_an_unknown_path_under_agents_is_404_in_json(client, db):
 def test_a_failing_database_answers_in_json_rpc_not_a_page(rpc, echo_agent, alice_key, monkeypatch):
     from django.db import OperationalError
 
-    from tasks_app import views
+    from tasks_app import endpoint
 
     def down(*args):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(views, "_lookup", down)
+    monkeypatch.setattr(endpoint, "_lookup", down)
     response = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
     assert response.status == 500 and response.body["error"]["code"] == -32603
     assert "refused" not in response.body["error"]["message"]

@@ -12,10 +12,16 @@ def test_the_card_lists_exactly_the_working_binding_and_capabilities(client, ech
     assert card["supportedInterfaces"] == [
         {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]
-    assert card["capabilities"] == {"streaming": False, "pushNotifications": False, "extendedAgentCard": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": False, "extendedAgentCard": False}
     assert card["name"] == "Echo" and card["version"] == "1.0.0"
     assert card["skills"] == [{"id": "echo", "name": "echo", "description": "echo skill", "tags": ["test"]}]
     assert card["defaultInputModes"] == ["text/plain"]
+
+
+def test_an_agent_with_streaming_switched_off_says_so(client, echo_agent):
+    echo_agent.streaming = False
+    echo_agent.save()
+    assert client.get(CARD).json()["capabilities"]["streaming"] is False
 
 
 def test_a_key_protected_agent_declares_and_requires_the_api_key_header(client, echo_agent):

@@ -1,9 +1,9 @@
 """Interop: the official A2A Python client (a2a-sdk 1.3.0) drives the live server.
 
 Each scenario builds a client the way an SDK user would: resolve the agent card with the
-SDK's resolver, let `ClientFactory` pick the card's JSON-RPC 1.0 interface, non-streaming
-(the card says streaming: false), and then only call the SDK's own methods: send_message,
-get_task, list_tasks, cancel_task. Daphne and a real Celery worker serve the test database.
+SDK's resolver, let `ClientFactory` pick the card's JSON-RPC 1.0 interface (streaming or
+not, as the scenario asks), and then only call the SDK's own methods: send_message,
+get_task, list_tasks, cancel_task, subscribe. Daphne and a real Celery worker serve the test database.
 Every card and result is also parsed strictly, so a field the SDK would silently drop fails.
 """
 
@@ -25,7 +25,7 @@ from a2a.client import (
 from a2a.helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types import (
     AgentCard, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Role, SendMessageRequest,
-    SendMessageResponse, Task, TaskNotCancelableError, TaskNotFoundError, TaskState,
+    SendMessageResponse, SubscribeToTaskRequest, Task, TaskNotCancelableError, TaskNotFoundError, TaskState,
 )
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
 
@@ -49,7 +49,7 @@ def agent_url(live, slug: str) -> str:
 
 @asynccontextmanager
 async def sdk_client(
-    live, slug: str, key: str | None, *, interceptors: list | None = None,
+    live, slug: str, key: str | None, *, interceptors: list | None = None, streaming: bool = False,
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
     """An SDK client for one agent: API key and A2A-Version as default headers of our httpx client."""
     headers = {VERSION_HEADER: PROTOCOL_VERSION_1_0}
@@ -59,7 +59,7 @@ async def sdk_client(
     hooks = {"response": [_strict_parser(unknown_fields)]}
     async with httpx.AsyncClient(headers=headers, timeout=30, event_hooks=hooks) as http:
         card = await A2ACardResolver(http, agent_url(live, slug)).get_agent_card()
-        factory = ClientFactory(ClientConfig(streaming=False, polling=False, httpx_client=http))
+        factory = ClientFactory(ClientConfig(streaming=streaming, polling=False, httpx_client=http))
         async with factory.create(card, interceptors=interceptors) as client:
             yield client, card
     assert not unknown_fields, unknown_fields
@@ -70,6 +70,8 @@ def _strict_parser(problems: list[str]):
     every card and JSON-RPC result again strictly against the SDK's protobuf types."""
 
     async def check(response: httpx.Response) -> None:
+        if response.headers.get("content-type", "").startswith("text/event-stream"):
+            return  # streams are checked event by event by the scenario
         await response.aread()
         if response.request.method == "GET":
             kind, payload = "card", response.json()
@@ -115,7 +117,7 @@ def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, ec
             assert [(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces] == [
                 ("JSONRPC", "1.0", agent_url(live, "echo")),
             ]
-            assert not card.capabilities.streaming and not card.capabilities.push_notifications
+            assert card.capabilities.streaming and not card.capabilities.push_notifications
             scheme = card.security_schemes["apiKey"].api_key_security_scheme
             assert (scheme.location, scheme.name) == ("header", "X-API-Key")
             assert [list(r.schemes) for r in card.security_requirements] == [["apiKey"]]
@@ -228,5 +230,33 @@ def test_the_sdks_auth_interceptor_authenticates_from_the_cards_api_key_scheme(l
 
             with pytest.raises(A2AClientError, match="401"):
                 await send(client, "no key at all")
+
+    run(scenario)
+
+
+def test_the_sdks_streaming_send_and_subscribe_see_the_writers_events_in_order(live, writer_agent, alice_key):
+    async def scenario():
+        async with sdk_client(live, "writer", alice_key, streaming=True) as (client, _):
+            message = new_text_message("a haiku about snow", role=Role.ROLE_USER)
+            events = [e async for e in client.send_message(SendMessageRequest(message=message))]
+            kinds = [e.WhichOneof("payload") for e in events]
+            assert kinds[0] == "task" and kinds[-1] == "status_update", kinds
+            assert events[-1].status_update.status.state == COMPLETED
+            chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+            assert [(c.append, c.last_chunk) for c in chunks] == [(False, False), (True, False), (True, True)]
+            task_id = events[0].task.id
+
+            waiting = [e async for e in client.send_message(
+                SendMessageRequest(message=new_text_message("write", role=Role.ROLE_USER)))]
+            assert waiting[-1].status_update.status.state == INPUT_REQUIRED
+            subscribed = client.subscribe(SubscribeToTaskRequest(id=waiting[0].task.id))
+            first = await anext(subscribed)
+            assert first.task.status.state == INPUT_REQUIRED
+            await client.cancel_task(CancelTaskRequest(id=waiting[0].task.id))
+            rest = [e async for e in subscribed]
+            assert rest[-1].status_update.status.state == CANCELED
+
+            fetched = await client.get_task(GetTaskRequest(id=task_id))
+            assert fetched.status.state == COMPLETED and "snow" in artifact_text(fetched).lower()
 
     run(scenario)

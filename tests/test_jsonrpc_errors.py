@@ -61,6 +61,8 @@ def test_an_inline_push_config_is_not_supported_while_push_is_off(rpc, echo_agen
 
 @pytest.mark.parametrize("method", ["SendStreamingMessage", "SubscribeToTask"])
 def test_streaming_methods_are_unsupported_while_streaming_is_off(rpc, echo_agent, alice_key, method):
+    echo_agent.streaming = False
+    echo_agent.save()
     response = rpc("/agents/acme/echo/", method, {"message": user_message(), "id": "x"}, key=alice_key)
     assert_a2a_error(response, -32004, "UNSUPPORTED_OPERATION")
 

@@ -1,5 +1,6 @@
 """Running an executor: whatever it does, its task ends settled, never stuck."""
 
+import signal
 import uuid
 
 import pytest
@@ -61,6 +62,33 @@ def test_an_executor_that_runs_out_of_time_fails_its_task(run_with):
     task, _ = run_with(slow)
     assert task.state == TaskState.FAILED and task.failure == "time-limit"
     assert "time limit" in task.status_changes.last().reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_time_limit_that_strikes_mid_query_leaves_the_worker_able_to_use_the_database(run_with):
+    """Celery raises the soft time limit from a signal handler; landing inside a query, it
+    leaves that connection mid-command. The failure must still be recorded, and the worker
+    process's next task must not inherit the broken connection."""
+    from django.db import connection
+
+    def out_of_time(signum, frame):
+        raise SoftTimeLimitExceeded()
+
+    def stuck_in_a_query(ctx):
+        signal.signal(signal.SIGALRM, out_of_time)
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(5)")
+
+    try:
+        task, outcome = run_with(stuck_in_a_query)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "time-limit"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
 
 
 def test_an_executor_that_returns_without_settling_breaks_the_contract(run_with):

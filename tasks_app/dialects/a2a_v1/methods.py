@@ -7,22 +7,23 @@ SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
 from __future__ import annotations
 
 import uuid
+from contextlib import AsyncExitStack, aclosing
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
 
 from registry.models import Agent
 from registry.selectors import Principal
 
-from ... import dbcalls, hints, selectors, services
+from ... import dbcalls, hints, selectors, services, streams
 from ...errors import (
     ExtendedAgentCardNotConfigured, InvalidAgentResponse, InvalidParams, PushNotificationNotSupported,
     TaskNotFound, UnsupportedOperation,
 )
 from ...cards import extended_agent_card
-from ...domain import parse_task_id
-from ...lifecycle import Dialect, Failure
+from ...domain import MessageView, parse_task_id
+from ...lifecycle import SETTLED, TERMINAL, Dialect, EventKind, Failure
 from ...waiting import wait_until_settled
 from . import codec
 
@@ -32,9 +33,28 @@ class Call:
     agent: Agent
     principal: Principal
     base_url: str = ""
+    last_event_id: str | None = None  # the SSE Last-Event-ID header, for SubscribeToTask
 
 
 Handler = Callable[[Call, dict[str, Any]], Awaitable[Any]]
+
+# What a stream yields: (seq, StreamResponse) for an event, None for a heartbeat.
+StreamItem = tuple[int, dict[str, Any]] | None
+
+
+@dataclass
+class EventStream:
+    """A streaming method's answer, once every check has passed: the items to send, and
+    what to release when the stream ends, however it ends (even if it never started)."""
+
+    items: AsyncIterator[StreamItem]
+    resources: AsyncExitStack
+
+    async def aclose(self) -> None:
+        try:
+            await self.items.aclose()
+        finally:
+            await self.resources.aclose()
 
 
 def _object(params: dict, key: str) -> dict[str, Any]:
@@ -59,7 +79,7 @@ def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -
     return {"task": codec.encode_task(view)}
 
 
-async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+def _send_params(params: dict[str, Any]) -> tuple[Any, list[str], int | None, bool, dict[str, Any]]:
     message = codec.decode_message(codec.get(params, "message"))
     config = _object(params, "configuration")
     accepted = codec.opt_str_list(config, "acceptedOutputModes", "params.configuration")
@@ -67,13 +87,20 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return_immediately = bool(codec.opt_bool(config, "returnImmediately", "params.configuration"))
     if codec.get(config, "taskPushNotificationConfig") is not None:
         raise PushNotificationNotSupported("push notifications are not enabled for this agent")
-    metadata = _object(params, "metadata")
+    return message, accepted, history_length, return_immediately, _object(params, "metadata")
 
-    # The watch goes up before the task is written, under the id it will get: whatever the
-    # worker does after the commit wakes us, so there is nothing to read until a hint comes.
-    # Hints name tasks by their canonical UUID text, which a client may have written otherwise.
+
+def _watch_id(message: Any) -> str:
+    """The id the task will have, known before it is written: a watch goes up under it first.
+    Hints name tasks by their canonical UUID text, which a client may have written otherwise."""
     known = parse_task_id(message.task_id) if message.task_id else None
-    task_id = str(known or message.task_id or uuid.uuid4())
+    return str(known or message.task_id or uuid.uuid4())
+
+
+async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    message, accepted, history_length, return_immediately, metadata = _send_params(params)
+    # Whatever the worker does after the commit wakes us, so there is nothing to read until a hint comes.
+    task_id = _watch_id(message)
 
     def receive() -> dict[str, Any] | None:
         task, stored = services.message_receive(
@@ -95,6 +122,129 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
             return immediate
         await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False)
     return await dbcalls.run(_encoded_task, task_id, history_length, as_reply=True)
+
+
+def _require_streaming(agent: Agent) -> None:
+    if not agent.streaming:
+        raise UnsupportedOperation("streaming is not enabled for this agent (its card says streaming: false)")
+
+
+async def _events(
+    feed: streams.Feed, task_id: str, context_id: str, *, after: int, until: frozenset[str]
+) -> AsyncIterator[StreamItem]:
+    """The log after `after` as StreamResponses, up to a status event in one of `until`."""
+    async for event in streams.tail(feed, after=after, heartbeat=settings.SSE_HEARTBEAT):
+        if event is None:
+            yield None
+            continue
+        yield event.seq, codec.encode_event(task_id, context_id, event.kind, event.payload)
+        if event.kind == EventKind.STATUS and event.payload.get("state") in until:
+            return
+
+
+async def send_streaming_message(call: Call, params: dict[str, Any]) -> EventStream:
+    _require_streaming(call.agent)
+    message, accepted, history_length, _, metadata = _send_params(params)
+    task_id = _watch_id(message)
+    resources = AsyncExitStack()
+    feed = await resources.enter_async_context(streams.follow(task_id))
+
+    def receive() -> tuple[int, dict[str, Any], str]:
+        task, stored = services.message_receive(
+            agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
+            accepted_output_modes=accepted, metadata=metadata,
+            new_task_id=None if message.task_id else uuid.UUID(task_id),
+        )
+        if message.task_id:
+            view, seq = selectors.task_snapshot(
+                agent=call.agent, principal=call.principal, task_id=task_id, history_length=history_length
+            )
+        else:  # a new task: what we just wrote is all there is, at seq 1
+            view = selectors.task_view(task, history_length=history_length, include_artifacts=False,
+                                       known_history=[stored])
+            seq = task.last_seq
+        return seq, codec.encode_task(view), view.context_id
+
+    try:
+        seq, snapshot, context_id = await dbcalls.run(receive)
+    except BaseException:
+        await resources.aclose()
+        raise
+    fresh = not message.task_id
+
+    async def items() -> AsyncIterator[StreamItem]:
+        if fresh:
+            # A new exchange may be answered by a bare Message, and then the client sees only
+            # that Message: so the Task goes out with the agent's first event, not before it.
+            async with aclosing(streams.tail(feed, after=seq, heartbeat=settings.SSE_HEARTBEAT)) as tail:
+                async for first in tail:
+                    if first is not None:
+                        break
+                    yield None
+            if first.kind == EventKind.MESSAGE:
+                reply = MessageView.from_payload(first.payload["message"])
+                yield first.seq, {"message": codec.encode_bare_message(reply)}
+                return
+        yield seq, {"task": snapshot}
+        # A stream for a message ends where the exchange waits on the client again.
+        async for item in _events(feed, task_id, context_id, after=seq, until=SETTLED):
+            yield item
+
+    return EventStream(items(), resources)
+
+
+def _last_event_id(call: Call, params: dict[str, Any]) -> int | None:
+    raw = codec.get(params, "lastEventId")
+    if raw is None:
+        raw = call.last_event_id
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidParams(f"lastEventId must be an event id this server sent (an integer), not {raw!r}") from None
+    if value < 0:
+        raise InvalidParams("lastEventId must not be negative")
+    return value
+
+
+async def subscribe_to_task(call: Call, params: dict[str, Any]) -> EventStream:
+    _require_streaming(call.agent)
+    task_id = _required_id(params)
+    resume_after = _last_event_id(call, params)
+    canonical = parse_task_id(task_id)
+    if canonical is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    resources = AsyncExitStack()
+    # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
+    feed = await resources.enter_async_context(streams.follow(canonical))
+    try:
+        found = await dbcalls.run(
+            selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id
+        )
+        if found is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        view, seq = found
+        if resume_after is None and view.state in TERMINAL:
+            raise UnsupportedOperation(f"task {view.id} is {view.state}; a finished task has no events to follow")
+        if resume_after is not None and resume_after > seq:
+            raise InvalidParams(f"lastEventId {resume_after} is ahead of task {view.id}, whose last event is {seq}")
+    except BaseException:
+        await resources.aclose()
+        raise
+
+    async def items() -> AsyncIterator[StreamItem]:
+        if resume_after is None:
+            yield seq, {"task": codec.encode_task(view)}
+        elif resume_after == seq and view.state in TERMINAL:
+            return  # a reconnect that missed nothing of a finished task
+        # A subscription lasts until the task is over: an input-required task goes on
+        # once the client answers, and the subscriber sees that too.
+        after = seq if resume_after is None else resume_after
+        async for item in _events(feed, view.id, view.context_id, after=after, until=TERMINAL):
+            yield item
+
+    return EventStream(items(), resources)
 
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -147,10 +297,6 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return await dbcalls.run(cancel)
 
 
-async def streaming_not_enabled(call: Call, params: dict[str, Any]) -> Any:
-    raise UnsupportedOperation("streaming is not enabled for this agent (its card says streaming: false)")
-
-
 async def push_not_enabled(call: Call, params: dict[str, Any]) -> Any:
     raise PushNotificationNotSupported(
         "push notifications are not enabled for this agent (its card says pushNotifications: false)"
@@ -173,8 +319,8 @@ METHODS: dict[str, Handler] = {
     "GetTask": get_task,
     "ListTasks": list_tasks,
     "CancelTask": cancel_task,
-    "SendStreamingMessage": streaming_not_enabled,
-    "SubscribeToTask": streaming_not_enabled,
+    "SendStreamingMessage": send_streaming_message,
+    "SubscribeToTask": subscribe_to_task,
     "CreateTaskPushNotificationConfig": push_not_enabled,
     "GetTaskPushNotificationConfig": push_not_enabled,
     "ListTaskPushNotificationConfigs": push_not_enabled,

@@ -1,0 +1,191 @@
+"""The agent's JSON-RPC endpoint, apart from any HTTP framework.
+
+Under daphne the Channels consumer (`consumers.AgentRpcConsumer`) serves it; Django's view
+(`views.agent_rpc`) adapts the same pipeline for the test client and other servers. Order of
+checks, each before anything later is looked at: agent exists -> caller authenticated ->
+Content-Type -> body size -> JSON-RPC envelope -> A2A version -> method -> extensions ->
+params. Whatever fails answers in JSON-RPC form (HTTP 401 for authentication), never with
+an error page. A streaming method that passes every check answers with an `EventStream`,
+which the transport sends as `text/event-stream`; errors found before that are plain JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping
+
+from django.conf import settings
+
+from registry.models import Agent
+from registry.selectors import Principal, agent_get, api_key_authenticate
+
+from . import dbcalls, jsonrpc
+from .cards import API_KEY_HEADER, required_extensions
+from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
+from .errors import ContentTypeNotSupported, DomainError, ExtensionSupportRequired, VersionNotSupported
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+JSON_CONTENT_TYPES = {"application/json", "application/a2a+json"}
+
+# Agent endpoints run without the site middleware: these are what it would have added.
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream; charset=utf-8",
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # nginx and friends: pass each event on at once
+    "Content-Encoding": "identity",  # never gzip: a compressing proxy would hold events back
+    "X-Content-Type-Options": "nosniff",
+}
+KEEP_ALIVE = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True)
+class RpcRequest:
+    tenant: str
+    agent: str
+    http_method: str
+    headers: Mapping[str, str]  # lower-case names
+    query: Mapping[str, str]
+    body: bytes | None  # None: larger than DATA_UPLOAD_MAX_MEMORY_SIZE
+    base_url: str
+
+
+@dataclass
+class Reply:
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def all_headers(self) -> dict[str, str]:
+        return {"Content-Type": JSON, "Content-Length": str(len(self.body)), "X-Content-Type-Options": "nosniff",
+                **self.headers}
+
+
+@dataclass
+class Streamed:
+    """An open event stream and the JSON-RPC request id its events answer."""
+
+    request_id: Any
+    stream: EventStream
+    headers: dict[str, str] = field(default_factory=dict)
+
+    def all_headers(self) -> dict[str, str]:
+        return {**SSE_HEADERS, **self.headers}
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """The SSE frames: `id: <seq>` and one JSON-RPC response per event, comments as
+        heartbeats. A failure mid-stream becomes a last JSON-RPC error event."""
+        yield KEEP_ALIVE  # the headers go out now, not with the agent's first event
+        try:
+            async for item in self.stream.items:
+                if item is None:
+                    yield KEEP_ALIVE
+                    continue
+                seq, value = item
+                yield b"id: %d\ndata: %s\n\n" % (seq, jsonrpc.result(self.request_id, value))
+        except DomainError as exc:
+            yield b"data: %s\n\n" % jsonrpc.domain_error(self.request_id, exc)
+        except Exception:  # noqa: BLE001 - e.g. the database went away mid-stream
+            log.exception("stream for request %r failed", self.request_id)
+            yield b"data: %s\n\n" % jsonrpc.error(self.request_id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def _error(request_id: Any, code: int, message: str, status: int = 200) -> Reply:
+    return Reply(status, jsonrpc.error(request_id, code, message))
+
+
+def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | None, Principal | None]:
+    found = agent_get(tenant_slug=tenant, agent_slug=agent)
+    if found is None:
+        return None, None
+    if presented:
+        return found, api_key_authenticate(agent=found, presented=presented)
+    return found, Principal.ANONYMOUS if found.is_public else None
+
+
+def _check_version(version: str) -> None:
+    if version in ("1.0", "1", "1.0.0", "1.0.1"):
+        return
+    if version in ("", "0.3", "0.3.0"):
+        raise VersionNotSupported(
+            "a request without A2A-Version means A2A 0.3, which this server does not speak yet; "
+            "send the header A2A-Version: 1.0"
+        )
+    raise VersionNotSupported(f"A2A version {version!r} is not supported; this endpoint speaks 1.0")
+
+
+def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]:
+    """The extensions the client asked for (A2A-Extensions) that this agent supports."""
+    requested = {u.strip() for u in headers.get("a2a-extensions", "").split(",") if u.strip()}
+    return [e["uri"] for e in agent.extensions if e.get("uri") in requested]
+
+
+async def handle(request: RpcRequest) -> Reply | Streamed:
+    try:
+        return await _handle(request)
+    except Exception:  # noqa: BLE001 - e.g. the database is down: answer in JSON-RPC, never a page
+        log.exception("agent endpoint /agents/%s/%s/ failed", request.tenant, request.agent)
+        return _error(None, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged", 500)
+
+
+async def _handle(request: RpcRequest) -> Reply | Streamed:
+    if request.http_method != "POST":
+        reply = _error(None, jsonrpc.INVALID_REQUEST, "send JSON-RPC requests with POST", 405)
+        reply.headers["Allow"] = "POST"
+        return reply
+    presented = request.headers.get(API_KEY_HEADER.lower())
+    found, principal = await dbcalls.run(_lookup, request.tenant, request.agent, presented)
+    if found is None:
+        return _error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{request.tenant}/{request.agent}/", 404)
+    if principal is None:
+        reply = _error(
+            None, jsonrpc.INVALID_REQUEST,
+            "invalid API key" if presented else f"this agent needs an API key in the {API_KEY_HEADER} header", 401,
+        )
+        reply.headers["WWW-Authenticate"] = f'ApiKey header="{API_KEY_HEADER}"'
+        return reply
+
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type not in JSON_CONTENT_TYPES:
+        exc = ContentTypeNotSupported(f"Content-Type {content_type or '(none)'!r} is not supported; use {JSON}")
+        return Reply(200, jsonrpc.domain_error(None, exc))
+    if request.body is None:
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return _error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes", 413)
+    try:
+        call = jsonrpc.parse(request.body)
+    except jsonrpc.EnvelopeError as exc:
+        return _error(exc.request_id, exc.code, exc.message)
+
+    activated = _activated_extensions(request.headers, found)
+    extra = {"A2A-Extensions": ", ".join(activated)} if activated else {}
+    try:
+        version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
+        _check_version(version)
+        handler = A2A_V1_METHODS.get(call.method)
+        if handler is None:
+            return _error(call.id, jsonrpc.METHOD_NOT_FOUND, f"method {call.method!r} not found")
+        missing = [uri for uri in required_extensions(found) if uri not in activated]
+        if missing:
+            raise ExtensionSupportRequired(
+                f"this agent requires the extension(s) {', '.join(missing)}; activate them with the "
+                "A2A-Extensions header"
+            )
+        context = Call(
+            agent=found, principal=principal, base_url=request.base_url,
+            last_event_id=request.headers.get("last-event-id"),
+        )
+        value = await handler(context, call.params)
+    except DomainError as exc:
+        return Reply(200, jsonrpc.domain_error(call.id, exc), extra)
+    except Exception:  # noqa: BLE001 - a bug must answer as JSON-RPC, never as a traceback page
+        log.exception("internal error in %s on %s/%s", call.method, request.tenant, request.agent)
+        return _error(call.id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
+    if isinstance(value, EventStream):
+        return Streamed(call.id, value, extra)
+    return Reply(200, jsonrpc.result(call.id, value), extra)
