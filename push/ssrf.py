@@ -148,6 +148,14 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     return found
 
 
+def _is_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def _parse(url: str) -> tuple[str, str, int, str]:
     if not isinstance(url, str) or not url:
         raise Refused("the url is empty")
@@ -192,7 +200,7 @@ def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
     for ip in addresses:
         why = address_refusal(ip, allow)
         if why is not None:
-            shown = host if host == str(ip) else f"{host} (which resolves to {ip})"
+            shown = host if _is_literal(host) else f"{host} (which resolves to {ip})"
             raise Refused(
                 f"push notifications may not be sent to {shown}: it is {why}; only public addresses "
                 "are allowed (an operator can allow networks with OUTBOUND_ALLOW_NETS)"

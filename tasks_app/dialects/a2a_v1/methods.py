@@ -6,12 +6,16 @@ SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from django.conf import settings
+from django.db import transaction
 
+from push import selectors as push_selectors, services as push_services
 from registry.models import Agent
 from registry.selectors import Principal
 
@@ -65,8 +69,13 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     accepted = codec.opt_str_list(config, "acceptedOutputModes", "params.configuration")
     history_length = codec.opt_int(config, "historyLength", "params.configuration", minimum=0)
     return_immediately = bool(codec.opt_bool(config, "returnImmediately", "params.configuration"))
+    push = None
     if codec.get(config, "taskPushNotificationConfig") is not None:
-        raise PushNotificationNotSupported("push notifications are not enabled for this agent")
+        _push_enabled(call)
+        push = codec.decode_push_config(
+            codec.get(config, "taskPushNotificationConfig"), "params.configuration.taskPushNotificationConfig"
+        )
+        await asyncio.to_thread(push_services.config_check, config=push)  # resolves DNS: off the DB threads
     metadata = _object(params, "metadata")
 
     # The watch goes up before the task is written, under the id it will get: whatever the
@@ -76,11 +85,20 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     task_id = str(known or message.task_id or uuid.uuid4())
 
     def receive() -> dict[str, Any] | None:
-        task, stored = services.message_receive(
-            agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
-            accepted_output_modes=accepted, metadata=metadata,
-            new_task_id=None if message.task_id else uuid.UUID(task_id),
-        )
+        # With an inline push config, the config and the message commit together; its cursor
+        # starts before the message's first event, so the receiver hears of all of it.
+        with transaction.atomic() if push else nullcontext():
+            if push and message.task_id:
+                push_services.config_create(agent=call.agent, principal=call.principal,
+                                            task_id=message.task_id, config=push)
+            task, stored = services.message_receive(
+                agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
+                accepted_output_modes=accepted, metadata=metadata,
+                new_task_id=None if message.task_id else uuid.UUID(task_id),
+            )
+            if push and not message.task_id:
+                push_services.config_create(agent=call.agent, principal=call.principal,
+                                            task_id=str(task.pk), config=push, after_seq=0)
         if not return_immediately:
             return None
         if message.task_id:  # a follow-up: the history is longer than what we just wrote
@@ -151,10 +169,62 @@ async def streaming_not_enabled(call: Call, params: dict[str, Any]) -> Any:
     raise UnsupportedOperation("streaming is not enabled for this agent (its card says streaming: false)")
 
 
-async def push_not_enabled(call: Call, params: dict[str, Any]) -> Any:
-    raise PushNotificationNotSupported(
-        "push notifications are not enabled for this agent (its card says pushNotifications: false)"
-    )
+def _push_enabled(call: Call) -> None:
+    if not call.agent.push_notifications:
+        raise PushNotificationNotSupported(
+            "push notifications are not enabled for this agent (its card says pushNotifications: false)"
+        )
+
+
+async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id = _required_id(params, "taskId")
+    config = codec.decode_push_config(params, "params")
+    await asyncio.to_thread(push_services.config_check, config=config)  # resolves DNS: off the DB threads
+
+    def create() -> dict[str, Any]:
+        stored = push_services.config_create(agent=call.agent, principal=call.principal, task_id=task_id,
+                                             config=config)
+        return codec.encode_push_config(push_selectors.config_view(stored))
+
+    return await dbcalls.run(create)
+
+
+async def get_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id, config_id = _required_id(params, "taskId"), _required_id(params, "id")
+
+    def read() -> dict[str, Any]:
+        return codec.encode_push_config(push_selectors.config_for_caller(
+            agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id))
+
+    return await dbcalls.run(read)
+
+
+async def list_push_configs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id = _required_id(params, "taskId")
+    page_size = codec.opt_int(params, "pageSize", "params", minimum=0, maximum=100) or 100
+    page_token = codec.opt_str(params, "pageToken", "params") or ""
+
+    def read() -> dict[str, Any]:
+        views, next_token = push_selectors.configs_for_caller(
+            agent=call.agent, principal=call.principal, task_id=task_id, page_size=page_size, page_token=page_token,
+        )
+        return {"configs": [codec.encode_push_config(v) for v in views], "nextPageToken": next_token}
+
+    return await dbcalls.run(read)
+
+
+async def delete_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id, config_id = _required_id(params, "taskId"), _required_id(params, "id")
+
+    def delete() -> dict[str, Any]:
+        push_services.config_delete(agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id)
+        return {}
+
+    return await dbcalls.run(delete)
 
 
 async def get_extended_agent_card(call: Call, params: dict[str, Any]) -> Any:
@@ -175,9 +245,9 @@ METHODS: dict[str, Handler] = {
     "CancelTask": cancel_task,
     "SendStreamingMessage": streaming_not_enabled,
     "SubscribeToTask": streaming_not_enabled,
-    "CreateTaskPushNotificationConfig": push_not_enabled,
-    "GetTaskPushNotificationConfig": push_not_enabled,
-    "ListTaskPushNotificationConfigs": push_not_enabled,
-    "DeleteTaskPushNotificationConfig": push_not_enabled,
+    "CreateTaskPushNotificationConfig": create_push_config,
+    "GetTaskPushNotificationConfig": get_push_config,
+    "ListTaskPushNotificationConfigs": list_push_configs,
+    "DeleteTaskPushNotificationConfig": delete_push_config,
     "GetExtendedAgentCard": get_extended_agent_card,
 }
