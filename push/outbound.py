@@ -5,14 +5,31 @@ ignore proxy settings from the environment, time out, and read at most a capped 
 from __future__ import annotations
 
 import ipaddress
+import ssl
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from datetime import datetime, timezone
 
+import certifi
 import httpx
 
 from .ssrf import Destination
+
+_tls: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+
+
+def _tls_context() -> ssl.SSLContext:
+    """One verifying TLS context per process: loading the CA bundle for every POST would cost
+    more than the POST. (Connections themselves are never shared between deliveries.)"""
+    global _tls
+    if _tls is None:
+        with _tls_lock:
+            if _tls is None:
+                _tls = ssl.create_default_context(cafile=certifi.where())
+    return _tls
 
 
 @dataclass(frozen=True)
@@ -51,7 +68,7 @@ def post(
         return int((time.monotonic() - started) * 1000)
 
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
+        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls_context()) as client:
             request = client.build_request("POST", url, content=body, headers=request_headers, extensions=extensions)
             response = client.send(request, stream=True)
             try:
