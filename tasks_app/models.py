@@ -35,7 +35,7 @@ class Task(models.Model):
     last_seq = models.PositiveIntegerField(default=0, help_text="seq of the newest TaskEvent.")
     # Set (under the task's row lock) while the task has live push configs, so that writers
     # know without a query whether an event needs push deliveries.
-    has_push_configs = models.BooleanField(default=False)
+    has_push_configs = models.BooleanField(default=False, db_default=False)
     metadata = models.JSONField(default=dict, blank=True)
     accepted_output_modes = models.JSONField(default=list, blank=True)
     # The pending or running unit of work. Each client message that needs the agent gets a

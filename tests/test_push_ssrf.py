@@ -129,6 +129,57 @@ def test_the_connection_goes_to_the_checked_address_with_the_name_as_host(receiv
     assert dns.lookups == ["receiver.example.test"]
 
 
+def _self_signed(name: str, directory) -> tuple[str, str]:
+    from datetime import datetime, timedelta, timezone
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_https_goes_to_the_checked_address_and_verifies_the_certificate_of_the_name(dns, tmp_path, monkeypatch):
+    import ssl
+
+    from tests.receiver import Receiver
+
+    cert, key = _self_signed("secure.example.test", tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    trusting = ssl.create_default_context(cafile=cert)
+    monkeypatch.setattr(outbound, "_tls", trusting)
+    receiver = Receiver(tls=server_tls).start()
+    try:
+        dns["secure.example.test"] = ["127.0.0.1"]
+        dns["other.example.test"] = ["127.0.0.1"]
+        ok = outbound.post(ssrf.check(receiver.url(host="secure.example.test")), body=b"{}", headers={},
+                           timeout=2, max_body=1024)
+        assert ok.status == 200 and receiver.requests[0].headers["host"] == f"secure.example.test:{receiver.port}"
+        # The same address under a name the certificate does not cover: TLS refuses it.
+        with pytest.raises(outbound.SendError, match="CERTIFICATE_VERIFY_FAILED|hostname"):
+            outbound.post(ssrf.check(receiver.url(host="other.example.test")), body=b"{}", headers={},
+                          timeout=2, max_body=1024)
+    finally:
+        receiver.stop()
+
+
 def test_redirects_are_not_followed(receiver):
     receiver.answer(Answer(302, {"Location": receiver.url("/elsewhere")}))
     response = outbound.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=1024)
