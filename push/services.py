@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from registry.models import Agent

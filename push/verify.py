@@ -73,8 +73,14 @@ class JwksCache:
             return json.loads(response.read())
 
     def _refresh(self) -> None:
+        try:
+            fetched = self._fetch(self.url)
+        except (OSError, ValueError) as exc:
+            if self._keys:
+                return  # keep the keys we have; a kid we lack is reported by the caller
+            raise VerificationError(f"the JWKS at {self.url} could not be fetched: {exc}") from None
         keys = {}
-        for jwk in self._fetch(self.url).get("keys", []):
+        for jwk in fetched.get("keys", []):
             if jwk.get("kid"):
                 try:
                     keys[jwk["kid"]] = jwt.PyJWK(jwk)

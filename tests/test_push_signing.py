@@ -113,6 +113,14 @@ def test_the_jwks_cache_refetches_when_a_notification_names_a_new_key():
     assert len(fetched) == 2
 
 
+def test_a_jwks_that_cannot_be_fetched_is_a_verification_error():
+    def unreachable(url):
+        raise OSError("connection refused")
+
+    with pytest.raises(VerificationError, match="could not be fetched"):
+        verify(*notification(), jwks=JwksCache("https://agents.example.test/.well-known/jwks.json", fetch=unreachable))
+
+
 def test_a_rotated_in_key_is_published_at_once_but_signs_only_after_the_delay():
     now = timezone.now()
     old = signing.key_for_signing(now=now)
