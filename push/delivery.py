@@ -24,7 +24,7 @@ from django.utils import timezone
 from tasks_app.dialects.a2a_v1 import codec
 
 from . import outbound, selectors, services, signing, ssrf
-from .sealing import unseal
+from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,11 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     except ssrf.Refused as exc:
         return record(status_code=None, latency_ms=0, error=f"refused: {exc}", permanent=True)
     claims = signing.notification_claims(body=body, task_id=due.task_id, event_id=due.event_id, audience=due.url)
-    headers = headers_for(due, body=body, signature=signing.sign(claims))
+    try:
+        headers = headers_for(due, body=body, signature=signing.sign(claims))
+    except Unsealable:
+        return record(status_code=None, latency_ms=0, permanent=True,
+                      error="the config's secrets cannot be decrypted (was PUSH_CREDENTIALS_KEY changed?)")
     try:
         response = outbound.post(
             destination, body=body, headers=headers,
