@@ -133,6 +133,37 @@ AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
 # Card caching (seconds).
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
 
+# --- Push notifications (push/) --------------------------------------------------------
+# Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT
+# addresses, except those in these comma-separated CIDRs (e.g. "10.1.2.0/24,::1/128").
+OUTBOUND_ALLOW_NETS = env.list("OUTBOUND_ALLOW_NETS", default=[])
+# Seconds to connect, and between bytes of the answer, per attempt.
+PUSH_TIMEOUT = env.float("PUSH_TIMEOUT", default=5.0)
+# Attempts per event before its delivery (and the config, which keeps event order) is dead.
+PUSH_MAX_ATTEMPTS = env.int("PUSH_MAX_ATTEMPTS", default=12)
+# Retry n waits min(cap, base * 2**(n-1)) seconds, scaled by a random factor in [0.5, 1];
+# a Retry-After answer is honoured up to PUSH_RETRY_AFTER_MAX.
+PUSH_BACKOFF_BASE = env.float("PUSH_BACKOFF_BASE", default=2.0)
+PUSH_BACKOFF_CAP = env.float("PUSH_BACKOFF_CAP", default=900.0)
+PUSH_RETRY_AFTER_MAX = env.float("PUSH_RETRY_AFTER_MAX", default=1800.0)
+# At most this much of a receiver's answer is read (and the first 500 bytes of an error kept).
+PUSH_RESPONSE_MAX_BYTES = env.int("PUSH_RESPONSE_MAX_BYTES", default=65536)
+# The signature: issuer (`iss`), lifetime (`exp - iat`) and the clock leeway a receiver may
+# apply; a retired key stays in the JWKS for lifetime + leeway after its last signature.
+PUSH_JWS_ISSUER = env.str("PUSH_JWS_ISSUER", default=PUBLIC_BASE_URL or "agentserver")
+PUSH_JWS_LIFETIME = env.int("PUSH_JWS_LIFETIME", default=300)
+PUSH_JWS_LEEWAY = env.int("PUSH_JWS_LEEWAY", default=60)
+# A rotated-in key is published this many seconds before it starts signing, so receivers
+# caching the JWKS (it is served with max-age=PUSH_JWKS_MAX_AGE) know it first.
+PUSH_KEY_PUBLISH_DELAY = env.float("PUSH_KEY_PUBLISH_DELAY", default=3600.0)
+PUSH_JWKS_MAX_AGE = env.int("PUSH_JWKS_MAX_AGE", default=300)
+# Fernet key(s) for credentials, tokens and signing keys at rest, comma-separated (the first
+# encrypts, all decrypt). Empty: a key derived from DJANGO_SECRET_KEY.
+PUSH_CREDENTIALS_KEY = env.list("PUSH_CREDENTIALS_KEY", default=[])
+CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
+    "task": "push.tasks.sweep_deliveries", "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
+}
+
 # --- Auth, i18n, static ----------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -151,5 +182,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.request": {"level": "ERROR"}},
+    # httpx logs every request's URL at INFO; push URLs may carry the receiver's secrets.
+    "loggers": {"django.request": {"level": "ERROR"}, "httpx": {"level": "WARNING"}},
 }

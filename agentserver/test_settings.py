@@ -18,5 +18,14 @@ os.environ.setdefault("DB_THREADS", "0")
 # across tests (tests of the cache itself switch it on).
 os.environ.setdefault("AUTH_CACHE_SECONDS", "0")
 os.environ.pop("AGENTSERVER_EMBEDDED", None)
+# Push: the tests' receivers listen on 127.0.0.1 and nothing else is allowed (refusals are
+# tested with 127.0.0.2 and ::ffff:127.0.0.3); retries come fast and give up soon.
+os.environ.setdefault("OUTBOUND_ALLOW_NETS", "127.0.0.1/32")
+os.environ.setdefault("PUSH_TIMEOUT", "2")
+os.environ.setdefault("PUSH_BACKOFF_BASE", "0.05")
+os.environ.setdefault("PUSH_BACKOFF_CAP", "0.2")
+os.environ.setdefault("PUSH_RETRY_AFTER_MAX", "5")
+os.environ.setdefault("PUSH_MAX_ATTEMPTS", "4")
+os.environ.setdefault("PUSH_KEY_PUBLISH_DELAY", "0")
 
 from .settings import *  # noqa: E402,F403

@@ -1,2 +1,158 @@
-# Push configs, signing keys and the delivery log arrive with push delivery; until then every
-# push method answers PushNotificationNotSupported and cards say pushNotifications: false.
+"""Push notifications: the configs clients register on their tasks, the delivery log, and
+the keys that sign every notification.
+
+Delivery is a cursor per config (`delivered_seq`): every TaskEvent of the task with a larger
+seq is still due, in seq order. See push/delivery.py for how the cursor moves.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from tasks_app.models import Task, TaskEvent
+
+
+class ConfigStatus(models.TextChoices):
+    ACTIVE = "active"
+    # Delivery of one event ran out of attempts (or its destination was refused): the config
+    # stops there, so nothing is delivered out of order. "Retry dead deliveries" in the admin
+    # resumes it from that event.
+    DEAD = "dead"
+
+
+class PushConfig(models.Model):
+    """A TaskPushNotificationConfig: where and how to tell a client about its task's events."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
+    config_id = models.CharField(max_length=200, help_text="The A2A config id (the client's, or a server UUID).")
+    url = models.URLField(max_length=2048)
+    auth_scheme = models.CharField(max_length=64, blank=True, default="")
+    # Fernet tokens (push.sealing); never shown in the admin or logged.
+    credentials_sealed = models.TextField(blank=True, default="", editable=False)
+    token_sealed = models.TextField(blank=True, default="", editable=False)
+    status = models.CharField(max_length=8, choices=ConfigStatus.choices, default=ConfigStatus.ACTIVE)
+    delivered_seq = models.PositiveIntegerField(
+        default=0, help_text="Every event of the task up to this seq was delivered (or predates the config)."
+    )
+    next_attempt_at = models.DateTimeField(
+        null=True, blank=True, help_text="After a failed attempt: no delivery to this config before then."
+    )
+    # A delivery job owns the config while lease_until is in the future (compare-and-set on
+    # lease_token); a job that died loses it when the lease runs out.
+    lease_token = models.UUIDField(null=True, blank=True, editable=False)
+    lease_until = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deleted_at = models.DateTimeField(null=True, blank=True, help_text="Deleted by the client; kept for the log.")
+
+    class Meta:
+        verbose_name = "push config"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "config_id"], condition=Q(deleted_at__isnull=True), name="push_config_unique_id_per_task"
+            ),
+            models.CheckConstraint(condition=Q(status__in=ConfigStatus.values), name="push_config_status_valid"),
+        ]
+        indexes = [
+            # The sweeper: live configs that may still have events due.
+            models.Index(
+                fields=["lease_until"],
+                condition=Q(status=ConfigStatus.ACTIVE, deleted_at__isnull=True),
+                name="push_config_live",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.config_id} on {self.task_id}"
+
+
+class DeliveryState(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    DEAD = "dead"
+
+
+class PushDelivery(models.Model):
+    """One event to one config, with its attempts."""
+
+    config = models.ForeignKey(PushConfig, on_delete=models.CASCADE, related_name="deliveries")
+    event = models.ForeignKey(TaskEvent, on_delete=models.CASCADE, related_name="+")
+    seq = models.PositiveIntegerField()
+    state = models.CharField(max_length=10, choices=DeliveryState.choices, default=DeliveryState.PENDING)
+    attempts = models.PositiveSmallIntegerField(
+        default=0, help_text="Attempts counted against PUSH_MAX_ATTEMPTS (a retry from the admin resets it)."
+    )
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "push deliveries"
+        constraints = [
+            models.UniqueConstraint(fields=["config", "seq"], name="push_delivery_unique_seq"),
+            models.CheckConstraint(condition=Q(state__in=DeliveryState.values), name="push_delivery_state_valid"),
+        ]
+        indexes = [
+            # The admin's default listing, newest first, and its "dead" filter.
+            models.Index(fields=["state", "-created_at"], name="push_delivery_by_state"),
+            models.Index(fields=["-created_at"], name="push_delivery_newest"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id_text} -> {self.config.config_id} ({self.state})"
+
+    @property
+    def event_id_text(self) -> str:
+        """The id receivers deduplicate on: `<task id>:<seq>`."""
+        return f"{self.config.task_id}:{self.seq}"
+
+
+class PushAttempt(models.Model):
+    """One POST (or a refusal to make it) and how it went."""
+
+    delivery = models.ForeignKey(PushDelivery, on_delete=models.CASCADE, related_name="attempt_log")
+    started_at = models.DateTimeField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True, help_text="None: no HTTP answer.")
+    latency_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+    jti = models.CharField(max_length=64, blank=True, default="", help_text="The signature's unique id.")
+
+    class Meta:
+        indexes = [models.Index(fields=["delivery", "id"], name="push_attempt_per_delivery")]
+
+    def __str__(self) -> str:
+        return f"{self.started_at:%Y-%m-%d %H:%M:%S} {self.status_code or self.error[:40]}"
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class SigningKey(models.Model):
+    """An ES256 key that signs notifications; its public half is in the JWKS while it may
+    have signatures in flight.
+
+    Timeline: published at `created_at`; signs from `signs_from` (a rotation leaves a delay so
+    receivers that cache the JWKS see the key first); a newer key takes over at
+    `signs_until`; it leaves the JWKS at `unpublish_at`, once its last signature has expired.
+    """
+
+    kid = models.CharField(max_length=64, unique=True)
+    private_key_sealed = models.TextField(editable=False, help_text="PEM (PKCS#8), Fernet-encrypted.")
+    public_jwk = models.JSONField()
+    created_at = models.DateTimeField()
+    signs_from = models.DateTimeField()
+    signs_until = models.DateTimeField(null=True, blank=True)
+    unpublish_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["-signs_from"], name="push_signingkey_newest")]
+        constraints = [
+            models.CheckConstraint(condition=Q(signs_from__gte=models.F("created_at")),
+                                   name="push_signingkey_published_before_signing"),
+        ]
+
+    def __str__(self) -> str:
+        return self.kid

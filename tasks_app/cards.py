@@ -33,7 +33,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "version": agent.version,
         "capabilities": {
             "streaming": agent.streaming,
-            "pushNotifications": False,
+            "pushNotifications": agent.push_notifications,
             "extendedAgentCard": agent.has_extended_card,
             **({"extensions": agent.extensions} if agent.extensions else {}),
         },

@@ -33,6 +33,9 @@ class Task(models.Model):
     reply_only = models.BooleanField(default=False)
     failure = models.CharField(max_length=24, choices=Failure.choices, blank=True, default=Failure.NONE)
     last_seq = models.PositiveIntegerField(default=0, help_text="seq of the newest TaskEvent.")
+    # Set (under the task's row lock) while the task has live push configs, so that writers
+    # know without a query whether an event needs push deliveries.
+    has_push_configs = models.BooleanField(default=False, db_default=False)
     metadata = models.JSONField(default=dict, blank=True)
     accepted_output_modes = models.JSONField(default=list, blank=True)
     # The pending or running unit of work. Each client message that needs the agent gets a

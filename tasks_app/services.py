@@ -45,6 +45,10 @@ def _event_append(*, task: Task, kind: str, payload: dict[str, Any]) -> TaskEven
 def _after_commit(task: Task) -> None:
     task_id, state = str(task.pk), str(task.state)
     transaction.on_commit(lambda: hints.publish(task_id, state))
+    if task.has_push_configs:  # read under the row lock; tasks without push pay nothing
+        from push.tasks import enqueue_for_task  # push builds on the task store; import late
+
+        transaction.on_commit(lambda: enqueue_for_task(task_id=task_id))
 
 
 def _enqueue_run(task: Task) -> None:

@@ -45,6 +45,72 @@ def _eager_agents():
     celery_app.conf.task_always_eager = previous
 
 
+# --- push: no DNS, no real delivery jobs in-process ------------------------------------
+
+class FakeDns(dict):
+    """Names the SSRF guard may resolve in this test (name -> addresses); any other name
+    fails to resolve, as it would offline. IP literals never reach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lookups: list[str] = []
+
+    def getaddrinfo(self, host, port, *args, **kwargs):
+        import socket
+
+        self.lookups.append(host)
+        if host not in self:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
+                for a in self[host]]
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch) -> FakeDns:
+    from push import ssrf
+
+    fake = FakeDns()
+    monkeypatch.setattr(ssrf, "_getaddrinfo", fake.getaddrinfo)
+    return fake
+
+
+@pytest.fixture(autouse=True)
+def push_jobs(monkeypatch) -> list[tuple[int, float | None]]:
+    """In-process, delivery jobs are recorded instead of run: (config pk, countdown).
+    Tests that deliver drive them with `drain_push_jobs`."""
+    from push import tasks
+
+    jobs: list[tuple[int, float | None]] = []
+    monkeypatch.setattr(tasks, "enqueue_delivery", lambda *, config_pk, countdown=None: jobs.append((config_pk, countdown)))
+    return jobs
+
+
+def drain_push_jobs(jobs: list, *, limit: int = 200) -> list[str]:
+    """Run recorded delivery jobs in order (waiting out their countdowns) until none are left."""
+    import time
+
+    from push import delivery
+
+    outcomes = []
+    for _ in range(limit):
+        if not jobs:
+            return outcomes
+        config_pk, countdown = jobs.pop(0)
+        if countdown:
+            time.sleep(countdown)
+        outcomes.append(delivery.run(config_pk=config_pk))
+    raise AssertionError(f"delivery jobs keep coming: {jobs[:5]}")
+
+
+@pytest.fixture
+def receiver():
+    from tests.receiver import Receiver
+
+    running = Receiver().start()
+    yield running
+    running.stop()
+
+
 # --- tenants, agents, keys -------------------------------------------------------------
 
 @pytest.fixture

@@ -12,7 +12,7 @@ def test_the_card_lists_exactly_the_working_binding_and_capabilities(client, ech
     assert card["supportedInterfaces"] == [
         {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]
-    assert card["capabilities"] == {"streaming": True, "pushNotifications": False, "extendedAgentCard": False}
+    assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
     assert card["name"] == "Echo" and card["version"] == "1.0.0"
     assert card["skills"] == [{"id": "echo", "name": "echo", "description": "echo skill", "tags": ["test"]}]
     assert card["defaultInputModes"] == ["text/plain"]

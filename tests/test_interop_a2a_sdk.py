@@ -117,7 +117,7 @@ def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, ec
             assert [(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces] == [
                 ("JSONRPC", "1.0", agent_url(live, "echo")),
             ]
-            assert card.capabilities.streaming and not card.capabilities.push_notifications
+            assert card.capabilities.streaming and card.capabilities.push_notifications
             scheme = card.security_schemes["apiKey"].api_key_security_scheme
             assert (scheme.location, scheme.name) == ("header", "X-API-Key")
             assert [list(r.schemes) for r in card.security_requirements] == [["apiKey"]]

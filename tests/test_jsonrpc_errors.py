@@ -48,13 +48,16 @@ def test_cancel_of_a_completed_task_is_task_not_cancelable(rpc, echo_agent, alic
     "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
 ])
-def test_push_methods_are_not_supported_while_push_is_off(rpc, echo_agent, alice_key, method):
-    response = rpc("/agents/acme/echo/", method, {"taskId": "x", "url": "https://example.com"}, key=alice_key)
+def test_push_methods_are_not_supported_while_push_is_off(rpc, tenant, alice_key, method):
+    make_agent(tenant, "quiet", "echo", push_notifications=False)
+    response = rpc("/agents/acme/quiet/", method, {"taskId": "x", "id": "y", "url": "https://example.com"},
+                   key=alice_key)
     assert_a2a_error(response, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
 
 
-def test_an_inline_push_config_is_not_supported_while_push_is_off(rpc, echo_agent, alice_key):
-    response = rpc.send("/agents/acme/echo/", key=alice_key,
+def test_an_inline_push_config_is_not_supported_while_push_is_off(rpc, tenant, alice_key):
+    make_agent(tenant, "quiet", "echo", push_notifications=False)
+    response = rpc.send("/agents/acme/quiet/", key=alice_key,
                         configuration={"taskPushNotificationConfig": {"url": "https://example.com/hook"}})
     assert_a2a_error(response, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
 

@@ -12,6 +12,8 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from push.domain import PushConfigInput, PushConfigView
+
 from ... import parts as P
 from ...domain import ArtifactView, MessageView, NewMessage, TaskView
 from ...errors import InvalidParams
@@ -296,3 +298,35 @@ def encode_event(task_id: str, context_id: str, kind: str, payload: dict[str, An
     if kind == EventKind.MESSAGE:
         return {"message": encode_message(MessageView.from_payload(payload["message"]))}
     raise ValueError(f"unknown event kind {kind!r}")
+
+
+# --- push notification configs ----------------------------------------------------------
+
+def decode_push_config(obj: Any, where: str) -> PushConfigInput:
+    """A TaskPushNotificationConfig (its taskId, where present, is the caller's business)."""
+    if not isinstance(obj, dict):
+        raise InvalidParams(f"{where} must be an object")
+    url = get(obj, "url")
+    if not isinstance(url, str) or not url:
+        raise InvalidParams(f"{where}.url is required and must be a non-empty string")
+    auth = opt_obj(obj, "authentication", where)
+    scheme = opt_str(auth, "scheme", f"{where}.authentication") or ""
+    if auth and not scheme:
+        raise InvalidParams(f"{where}.authentication.scheme is required, e.g. Bearer")
+    return PushConfigInput(
+        url=url,
+        config_id=opt_str(obj, "id", where) or "",
+        token=opt_str(obj, "token", where) or "",
+        auth_scheme=scheme,
+        auth_credentials=opt_str(auth, "credentials", f"{where}.authentication") or "",
+    )
+
+
+def encode_push_config(c: PushConfigView) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": c.config_id, "taskId": c.task_id, "url": c.url}
+    if c.token:
+        out["token"] = c.token
+    if c.auth_scheme:
+        out["authentication"] = {"scheme": c.auth_scheme, **({"credentials": c.auth_credentials}
+                                                              if c.auth_credentials else {})}
+    return out

@@ -6,13 +6,16 @@ SendMessage holds no thread while it waits (it waits on hints, see `waiting`).
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from contextlib import AsyncExitStack, aclosing
+from contextlib import AsyncExitStack, aclosing, nullcontext
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from django.conf import settings
+from django.db import transaction
 
+from push import selectors as push_selectors, services as push_services
 from registry.models import Agent
 from registry.selectors import Principal
 
@@ -22,7 +25,7 @@ from ...errors import (
     TaskNotFound, UnsupportedOperation,
 )
 from ...cards import extended_agent_card
-from ...domain import MessageView, parse_task_id
+from ...domain import MessageView, NewMessage, parse_task_id
 from ...lifecycle import SETTLED, TERMINAL, Dialect, EventKind, Failure
 from ...waiting import wait_until_settled
 from . import codec
@@ -79,38 +82,74 @@ def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -
     return {"task": codec.encode_task(view)}
 
 
-def _send_params(params: dict[str, Any]) -> tuple[Any, list[str], int | None, bool, dict[str, Any]]:
+@dataclass(frozen=True)
+class SendParams:
+    message: NewMessage
+    accepted: list[str]
+    history_length: int | None
+    return_immediately: bool
+    metadata: dict[str, Any]
+    push: Any  # an inline push config, checked
+
+
+async def _send_params(call: Call, params: dict[str, Any]) -> SendParams:
     message = codec.decode_message(codec.get(params, "message"))
     config = _object(params, "configuration")
-    accepted = codec.opt_str_list(config, "acceptedOutputModes", "params.configuration")
-    history_length = codec.opt_int(config, "historyLength", "params.configuration", minimum=0)
-    return_immediately = bool(codec.opt_bool(config, "returnImmediately", "params.configuration"))
+    push = None
     if codec.get(config, "taskPushNotificationConfig") is not None:
-        raise PushNotificationNotSupported("push notifications are not enabled for this agent")
-    return message, accepted, history_length, return_immediately, _object(params, "metadata")
+        _push_enabled(call)
+        push = codec.decode_push_config(
+            codec.get(config, "taskPushNotificationConfig"), "params.configuration.taskPushNotificationConfig"
+        )
+        await asyncio.to_thread(push_services.config_check, config=push)  # resolves DNS: off the DB threads
+    return SendParams(
+        message=message,
+        accepted=codec.opt_str_list(config, "acceptedOutputModes", "params.configuration"),
+        history_length=codec.opt_int(config, "historyLength", "params.configuration", minimum=0),
+        return_immediately=bool(codec.opt_bool(config, "returnImmediately", "params.configuration")),
+        metadata=_object(params, "metadata"),
+        push=push,
+    )
 
 
-def _watch_id(message: Any) -> str:
+def _watch_id(message: NewMessage) -> str:
     """The id the task will have, known before it is written: a watch goes up under it first.
     Hints name tasks by their canonical UUID text, which a client may have written otherwise."""
     known = parse_task_id(message.task_id) if message.task_id else None
     return str(known or message.task_id or uuid.uuid4())
 
 
-async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    message, accepted, history_length, return_immediately, metadata = _send_params(params)
-    # Whatever the worker does after the commit wakes us, so there is nothing to read until a hint comes.
-    task_id = _watch_id(message)
-
-    def receive() -> dict[str, Any] | None:
+def _receive(call: Call, sent: SendParams, task_id: str) -> tuple[Any, Any]:
+    """Store the message (and an inline push config) and queue the agent."""
+    message, push = sent.message, sent.push
+    # With an inline push config, the config and the message commit together; its cursor
+    # starts before the message's first event, so the receiver hears of all of it.
+    with transaction.atomic() if push else nullcontext():
+        if push and message.task_id:
+            push_services.config_create(agent=call.agent, principal=call.principal,
+                                        task_id=message.task_id, config=push)
         task, stored = services.message_receive(
             agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
-            accepted_output_modes=accepted, metadata=metadata,
+            accepted_output_modes=sent.accepted, metadata=sent.metadata,
             new_task_id=None if message.task_id else uuid.UUID(task_id),
         )
-        if not return_immediately:
+        if push and not message.task_id:
+            push_services.config_create(agent=call.agent, principal=call.principal,
+                                        task_id=str(task.pk), config=push, after_seq=0)
+    return task, stored
+
+
+async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    sent = await _send_params(call, params)
+    history_length = sent.history_length
+    # Whatever the worker does after the commit wakes us, so there is nothing to read until a hint comes.
+    task_id = _watch_id(sent.message)
+
+    def receive() -> dict[str, Any] | None:
+        task, stored = _receive(call, sent, task_id)
+        if not sent.return_immediately:
             return None
-        if message.task_id:  # a follow-up: the history is longer than what we just wrote
+        if sent.message.task_id:  # a follow-up: the history is longer than what we just wrote
             return _encoded_task(task.pk, history_length, as_reply=False)
         view = selectors.task_view(task, history_length=history_length, include_artifacts=False,
                                    known_history=[stored])
@@ -144,17 +183,14 @@ async def _events(
 
 async def send_streaming_message(call: Call, params: dict[str, Any]) -> EventStream:
     _require_streaming(call.agent)
-    message, accepted, history_length, _, metadata = _send_params(params)
+    sent = await _send_params(call, params)
+    message, history_length = sent.message, sent.history_length
     task_id = _watch_id(message)
     resources = AsyncExitStack()
     feed = await resources.enter_async_context(streams.follow(task_id))
 
     def receive() -> tuple[int, dict[str, Any], str]:
-        task, stored = services.message_receive(
-            agent=call.agent, principal=call.principal, message=message, dialect=Dialect.A2A_1_0,
-            accepted_output_modes=accepted, metadata=metadata,
-            new_task_id=None if message.task_id else uuid.UUID(task_id),
-        )
+        task, stored = _receive(call, sent, task_id)
         if message.task_id:
             view, seq = selectors.task_snapshot(
                 agent=call.agent, principal=call.principal, task_id=task_id, history_length=history_length
@@ -297,10 +333,62 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return await dbcalls.run(cancel)
 
 
-async def push_not_enabled(call: Call, params: dict[str, Any]) -> Any:
-    raise PushNotificationNotSupported(
-        "push notifications are not enabled for this agent (its card says pushNotifications: false)"
-    )
+def _push_enabled(call: Call) -> None:
+    if not call.agent.push_notifications:
+        raise PushNotificationNotSupported(
+            "push notifications are not enabled for this agent (its card says pushNotifications: false)"
+        )
+
+
+async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id = _required_id(params, "taskId")
+    config = codec.decode_push_config(params, "params")
+    await asyncio.to_thread(push_services.config_check, config=config)  # resolves DNS: off the DB threads
+
+    def create() -> dict[str, Any]:
+        stored = push_services.config_create(agent=call.agent, principal=call.principal, task_id=task_id,
+                                             config=config)
+        return codec.encode_push_config(push_selectors.config_view(stored))
+
+    return await dbcalls.run(create)
+
+
+async def get_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id, config_id = _required_id(params, "taskId"), _required_id(params, "id")
+
+    def read() -> dict[str, Any]:
+        return codec.encode_push_config(push_selectors.config_for_caller(
+            agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id))
+
+    return await dbcalls.run(read)
+
+
+async def list_push_configs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id = _required_id(params, "taskId")
+    page_size = codec.opt_int(params, "pageSize", "params", minimum=0, maximum=100) or 100
+    page_token = codec.opt_str(params, "pageToken", "params") or ""
+
+    def read() -> dict[str, Any]:
+        views, next_token = push_selectors.configs_for_caller(
+            agent=call.agent, principal=call.principal, task_id=task_id, page_size=page_size, page_token=page_token,
+        )
+        return {"configs": [codec.encode_push_config(v) for v in views], "nextPageToken": next_token}
+
+    return await dbcalls.run(read)
+
+
+async def delete_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
+    _push_enabled(call)
+    task_id, config_id = _required_id(params, "taskId"), _required_id(params, "id")
+
+    def delete() -> dict[str, Any]:
+        push_services.config_delete(agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id)
+        return {}
+
+    return await dbcalls.run(delete)
 
 
 async def get_extended_agent_card(call: Call, params: dict[str, Any]) -> Any:
@@ -321,9 +409,9 @@ METHODS: dict[str, Handler] = {
     "CancelTask": cancel_task,
     "SendStreamingMessage": send_streaming_message,
     "SubscribeToTask": subscribe_to_task,
-    "CreateTaskPushNotificationConfig": push_not_enabled,
-    "GetTaskPushNotificationConfig": push_not_enabled,
-    "ListTaskPushNotificationConfigs": push_not_enabled,
-    "DeleteTaskPushNotificationConfig": push_not_enabled,
+    "CreateTaskPushNotificationConfig": create_push_config,
+    "GetTaskPushNotificationConfig": get_push_config,
+    "ListTaskPushNotificationConfigs": list_push_configs,
+    "DeleteTaskPushNotificationConfig": delete_push_config,
     "GetExtendedAgentCard": get_extended_agent_card,
 }

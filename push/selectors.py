@@ -1,0 +1,105 @@
+"""Every read of push. A caller sees only the configs of its own tasks; another caller's
+task, or a config of another task, is indistinguishable from one that does not exist."""
+
+from __future__ import annotations
+
+import base64
+from datetime import datetime
+from typing import Any
+
+from django.db.models import F, Q
+from django.utils import timezone
+
+from registry.models import Agent
+from registry.selectors import Principal
+from tasks_app.domain import parse_task_id
+from tasks_app.errors import InvalidParams, TaskNotFound
+from tasks_app.models import Task
+
+from .domain import PushConfigView
+from .models import ConfigStatus, PushConfig
+from .sealing import unseal
+
+
+def _task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
+    task = None
+    if parse_task_id(task_id) is not None:
+        task = Task.objects.filter(pk=task_id, agent=agent, owner=principal.name).only("pk").first()
+    if task is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    return task
+
+
+def config_view(config: PushConfig) -> PushConfigView:
+    return PushConfigView(
+        config_id=config.config_id,
+        task_id=str(config.task_id),
+        url=config.url,
+        token=unseal(config.token_sealed),
+        auth_scheme=config.auth_scheme,
+        auth_credentials=unseal(config.credentials_sealed),
+    )
+
+
+def config_for_caller(*, agent: Agent, principal: Principal, task_id: str, config_id: str) -> PushConfigView:
+    task = _task_for_caller(agent=agent, principal=principal, task_id=task_id)
+    config = PushConfig.objects.filter(task=task, config_id=config_id, deleted_at__isnull=True).first()
+    if config is None:
+        # A2A has no code of its own for a missing config: it is reported like a missing task.
+        raise TaskNotFound(f"push notification config {config_id!r} not found on task {task_id}")
+    return config_view(config)
+
+
+def _page_token(pk: int) -> str:
+    return base64.urlsafe_b64encode(f"pc|{pk}".encode()).decode().rstrip("=")
+
+
+def _after_pk(token: str) -> int:
+    try:
+        kind, pk = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode().split("|", 1)
+        if kind != "pc":
+            raise ValueError(kind)
+        return int(pk)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidParams("pageToken is not a token this server issued") from None
+
+
+def configs_for_caller(
+    *, agent: Agent, principal: Principal, task_id: str, page_size: int = 100, page_token: str = ""
+) -> tuple[list[PushConfigView], str]:
+    """One page of the task's configs, oldest first: (configs, next page token or "")."""
+    task = _task_for_caller(agent=agent, principal=principal, task_id=task_id)
+    configs = PushConfig.objects.filter(task=task, deleted_at__isnull=True).order_by("pk")
+    if page_token:
+        configs = configs.filter(pk__gt=_after_pk(page_token))
+    page = list(configs[: page_size + 1])
+    next_token = _page_token(page[page_size - 1].pk) if len(page) > page_size else ""
+    return [config_view(c) for c in page[:page_size]], next_token
+
+
+def live_config_pks(task_id: Any) -> list[int]:
+    """The configs a new event of the task must be delivered to."""
+    return list(
+        PushConfig.objects.filter(task_id=task_id, status=ConfigStatus.ACTIVE, deleted_at__isnull=True)
+        .values_list("pk", flat=True)
+    )
+
+
+def _owed(now: datetime):
+    """Live configs with events after their cursor that no job holds or waits for."""
+    return (
+        PushConfig.objects.filter(status=ConfigStatus.ACTIVE, deleted_at__isnull=True,
+                                  delivered_seq__lt=F("task__last_seq"))
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+    )
+
+
+def configs_stalled(*, now: datetime | None = None, limit: int = 500) -> list[int]:
+    """Configs owed events whose job was lost (the broker was down at enqueue, a worker was
+    killed): the sweeper enqueues them again."""
+    return list(_owed(now or timezone.now()).values_list("pk", flat=True)[:limit])
+
+
+def config_owed(config_pk: int, *, now: datetime | None = None) -> bool:
+    return _owed(now or timezone.now()).filter(pk=config_pk).exists()

@@ -1,0 +1,307 @@
+"""Every write of push: configs (create, delete) and the delivery cursor (lease, record an
+attempt, release, retry a dead delivery).
+
+Short transactions only: the URL check resolves DNS and the POST goes over the network, so
+both happen outside any transaction (see push/delivery.py for the loop that calls these).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Iterable
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from registry.models import Agent
+from registry.selectors import Principal
+from tasks_app.domain import parse_task_id
+from tasks_app.errors import InvalidParams, TaskNotFound
+from tasks_app.models import Task
+
+from . import ssrf
+from .domain import PushConfigInput
+from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
+from .sealing import seal
+
+# RFC 9110 token (an auth scheme) and visible ASCII plus space (credentials, token): header
+# values must not smuggle a CR/LF into the request.
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_VALUE = re.compile(r"^[\x20-\x7e]*$")
+
+
+def _enqueue(config_pk: int, countdown: float | None = None) -> None:
+    from .tasks import enqueue_delivery  # the Celery module imports this one; import late
+
+    enqueue_delivery(config_pk=config_pk, countdown=countdown)
+
+
+# --- configs ---------------------------------------------------------------------------
+
+def config_check(*, config: PushConfigInput) -> None:
+    """Refuse a config that could never be delivered: a URL the SSRF guard refuses, header
+    values that are not header values. Resolves the host (network I/O): call it before, never
+    inside, a transaction. A host that does not resolve yet is accepted; delivery checks again."""
+    if len(config.url) > 2048:
+        raise InvalidParams("url is longer than 2048 characters")
+    try:
+        ssrf.check(config.url, unresolvable_ok=True)
+    except ssrf.Refused as exc:
+        raise InvalidParams(f"url refused: {exc}") from None
+    if config.auth_scheme and not _TOKEN.match(config.auth_scheme):
+        raise InvalidParams("authentication.scheme must be an HTTP authentication scheme such as Bearer")
+    if config.auth_credentials and not config.auth_scheme:
+        raise InvalidParams("authentication.scheme is required with authentication.credentials")
+    for name, value in (("authentication.credentials", config.auth_credentials), ("token", config.token)):
+        if not _HEADER_VALUE.match(value):
+            raise InvalidParams(f"{name} must be printable ASCII (it is sent in an HTTP header)")
+    if len(config.config_id) > 200:
+        raise InvalidParams("id is longer than 200 characters")
+
+
+def _task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
+    task = None
+    if parse_task_id(task_id) is not None:
+        task = Task.objects.select_for_update().filter(pk=task_id, agent=agent, owner=principal.name).first()
+    if task is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    return task
+
+
+def config_create(
+    *, agent: Agent, principal: Principal, task_id: str, config: PushConfigInput, after_seq: int | None = None
+) -> PushConfig:
+    """Register (or, for an id the task already has, replace) a config on the caller's task.
+
+    Events with seq > `after_seq` are due to it; by default those after the task's newest
+    event, i.e. what happens from now on. The caller has run `config_check` first.
+    """
+    with transaction.atomic():
+        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        fields = {
+            "url": config.url,
+            "auth_scheme": config.auth_scheme,
+            "credentials_sealed": seal(config.auth_credentials),
+            "token_sealed": seal(config.token),
+        }
+        existing = (
+            PushConfig.objects.filter(task=task, config_id=config.config_id, deleted_at__isnull=True).first()
+            if config.config_id else None
+        )
+        if existing is not None:
+            # Same id: the client moved its endpoint or renewed its secrets. The cursor stays,
+            # so what was delivered is not delivered again.
+            for name, value in fields.items():
+                setattr(existing, name, value)
+            existing.save(update_fields=[*fields, "updated_at"])
+            stored = existing
+        else:
+            stored = PushConfig.objects.create(
+                task=task,
+                config_id=config.config_id or str(uuid.uuid4()),
+                delivered_seq=task.last_seq if after_seq is None else after_seq,
+                **fields,
+            )
+        if not task.has_push_configs:
+            Task.objects.filter(pk=task.pk).update(has_push_configs=True)
+        pk = stored.pk
+        transaction.on_commit(lambda: _enqueue(pk))
+    return stored
+
+
+def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id: str) -> None:
+    """Delete a config: nothing more is delivered to it. Deleting what is not there is not an
+    error (A2A wants Delete idempotent); the task must still be the caller's."""
+    now = timezone.now()
+    with transaction.atomic():
+        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        # The row stays for the delivery log; its secrets go.
+        PushConfig.objects.filter(task=task, config_id=config_id, deleted_at__isnull=True).update(
+            deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
+        )
+        if task.has_push_configs and not PushConfig.objects.filter(task=task, deleted_at__isnull=True).exists():
+            Task.objects.filter(pk=task.pk).update(has_push_configs=False)
+
+
+# --- the delivery cursor ----------------------------------------------------------------
+
+def _lease_seconds() -> float:
+    # One attempt can take connect + a read timeout per chunk; a lease outlives that by far.
+    return settings.PUSH_TIMEOUT * 4 + 30
+
+
+def _live() -> Q:
+    return Q(status=ConfigStatus.ACTIVE, deleted_at__isnull=True)
+
+
+def lease_take(*, config_pk: int, now: datetime | None = None) -> uuid.UUID | None:
+    """Compare-and-set: the config becomes this job's if it is live, not leased by a live job
+    and not waiting out a backoff. Returns the lease token, or None."""
+    now = now or timezone.now()
+    token = uuid.uuid4()
+    taken = (
+        PushConfig.objects.filter(_live(), pk=config_pk)
+        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .update(lease_token=token, lease_until=now + timedelta(seconds=_lease_seconds()))
+    )
+    return token if taken else None
+
+
+def lease_release(*, config_pk: int, lease_token: uuid.UUID) -> None:
+    PushConfig.objects.filter(pk=config_pk, lease_token=lease_token).update(lease_token=None, lease_until=None)
+
+
+@dataclass(frozen=True)
+class Due:
+    """The next event one config is owed, ready to send (signing happens per attempt)."""
+
+    config_pk: int
+    delivery_pk: int
+    task_id: str
+    context_id: str
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    url: str
+    auth_scheme: str
+    credentials_sealed: str
+    token_sealed: str
+    attempt: int  # this attempt's number, counting from 1 since the delivery was (re)started
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.task_id}:{self.seq}"
+
+
+def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
+    """The oldest event after the config's cursor, with its delivery row (made on first need);
+    None when nothing is due or the lease is no longer ours."""
+    from tasks_app.models import TaskEvent
+
+    config = PushConfig.objects.select_related("task").filter(_live(), pk=config_pk, lease_token=lease_token).first()
+    if config is None:
+        return None
+    event = TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq).order_by("seq").first()
+    if event is None:
+        return None
+    delivery, _ = PushDelivery.objects.get_or_create(config=config, seq=event.seq, defaults={"event": event})
+    return Due(
+        config_pk=config.pk,
+        delivery_pk=delivery.pk,
+        task_id=str(config.task_id),
+        context_id=config.task.context_id,
+        seq=event.seq,
+        kind=event.kind,
+        payload=event.payload,
+        url=config.url,
+        auth_scheme=config.auth_scheme,
+        credentials_sealed=config.credentials_sealed,
+        token_sealed=config.token_sealed,
+        attempt=delivery.attempts + 1,
+    )
+
+
+def retry_delay(failures: int, retry_after: float | None = None, *, rand: float | None = None) -> float:
+    """Seconds before the next attempt after `failures` failed ones: exponential backoff with
+    jitter (so receivers coming back up are not hit by every sender at once), and at least
+    what the receiver asked for in Retry-After, within PUSH_RETRY_AFTER_MAX."""
+    backoff = min(settings.PUSH_BACKOFF_CAP, settings.PUSH_BACKOFF_BASE * 2 ** max(0, failures - 1))
+    delay = backoff * (0.5 + (random.random() if rand is None else rand) / 2)
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, settings.PUSH_RETRY_AFTER_MAX))
+    return delay
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the delivery loop does next: go on, stop (dead, or the lease was lost), or retry later."""
+
+    outcome: str  # "delivered" | "retry" | "dead" | "lost"
+    delay: float = 0.0
+
+
+def attempt_record(
+    *,
+    due: Due,
+    lease_token: uuid.UUID,
+    started_at: datetime,
+    status_code: int | None,
+    latency_ms: int,
+    error: str = "",
+    jti: str = "",
+    retry_after: float | None = None,
+    permanent: bool = False,
+) -> Verdict:
+    """Log the attempt and move the cursor: forward on a 2xx; on a failure, schedule the next
+    attempt, or give up after PUSH_MAX_ATTEMPTS (at once when `permanent`: a refused
+    destination, an event that cannot be encoded)."""
+    now = timezone.now()
+    succeeded = status_code is not None and 200 <= status_code < 300
+    with transaction.atomic():
+        config = PushConfig.objects.select_for_update().get(pk=due.config_pk)
+        ours = config.lease_token == lease_token and config.status == ConfigStatus.ACTIVE and config.deleted_at is None
+        delivery = PushDelivery.objects.select_for_update().get(pk=due.delivery_pk)
+        PushAttempt.objects.create(
+            delivery=delivery, started_at=started_at, status_code=status_code,
+            latency_ms=latency_ms, error=error[:2000], jti=jti,
+        )
+        delivery.attempts += 1
+        delivery.last_status_code = status_code
+        delivery.last_error = error[:2000]
+        if succeeded:
+            delivery.state = DeliveryState.DELIVERED
+            delivery.delivered_at = now
+            verdict = Verdict("delivered")
+        elif permanent or delivery.attempts >= settings.PUSH_MAX_ATTEMPTS:
+            delivery.state = DeliveryState.DEAD
+            verdict = Verdict("dead")
+        else:
+            verdict = Verdict("retry", retry_delay(delivery.attempts, retry_after))
+        delivery.save(update_fields=["attempts", "last_status_code", "last_error", "state", "delivered_at"])
+        if not ours:
+            return Verdict("lost")
+        if verdict.outcome == "delivered":
+            config.delivered_seq = max(config.delivered_seq, due.seq)
+            config.next_attempt_at = None
+            config.lease_until = now + timedelta(seconds=_lease_seconds())
+        elif verdict.outcome == "dead":
+            config.status = ConfigStatus.DEAD
+            config.next_attempt_at = None
+        else:
+            config.next_attempt_at = now + timedelta(seconds=verdict.delay)
+        config.save(update_fields=["delivered_seq", "next_attempt_at", "lease_until", "status", "updated_at"])
+    return verdict
+
+
+def deliveries_retry(*, delivery_pks: Iterable[int]) -> int:
+    """Give dead deliveries a fresh budget of attempts and resume their configs from them
+    (an operator's action). Returns how many were revived."""
+    revived = 0
+    with transaction.atomic():
+        deliveries = (
+            PushDelivery.objects.select_for_update()
+            .select_related("config")
+            .filter(pk__in=list(delivery_pks), state=DeliveryState.DEAD, config__deleted_at__isnull=True)
+        )
+        for delivery in deliveries:
+            config = delivery.config
+            # A dead delivery the cursor has since passed (an earlier retry got further) is history.
+            if config.delivered_seq >= delivery.seq:
+                continue
+            delivery.state = DeliveryState.PENDING
+            delivery.attempts = 0
+            delivery.save(update_fields=["state", "attempts"])
+            PushConfig.objects.filter(pk=config.pk).update(
+                status=ConfigStatus.ACTIVE, next_attempt_at=None, updated_at=timezone.now()
+            )
+            pk = config.pk
+            transaction.on_commit(lambda pk=pk: _enqueue(pk))
+            revived += 1
+    return revived
