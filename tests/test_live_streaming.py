@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Iterator
 
 import httpx
@@ -152,3 +152,35 @@ def test_a_client_that_disconnects_frees_its_stream_at_once(live, tenant, alice_
     while (left := _open_streams(live.urls[1])) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert (while_open, left) == (1, 0)
+
+
+def test_idle_streams_hold_no_database_connection_or_transaction(live, tenant, alice_key):
+    """The web process has DB_POOL_MAX=8 connections here: if idle streams held one each,
+    twenty of them would leave none for the request made while they are open."""
+    from django.db import connection
+
+    make_agent(tenant, "idler", "writer")
+    task_ids = [call_rpc(live.urls[1], "/agents/acme/idler/", "SendMessage", {"message": user_message("hmm")},
+                         alice_key)["task"]["id"] for _ in range(20)]
+    with ExitStack() as held:
+        streams = [held.enter_context(stream(live.urls[1], "/agents/acme/idler/", "SubscribeToTask",
+                                             {"id": task_id}, key=alice_key)) for task_id in task_ids]
+        for events in streams:  # (a generator dropped would close its connection)
+            next(events)
+        assert _open_streams(live.urls[1]) == 20
+        fetched = call_rpc(live.urls[1], "/agents/acme/idler/", "GetTask", {"id": task_ids[0]}, alice_key, timeout=5)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%%' AND pid <> pg_backend_pid()"
+            )
+            (in_transaction,) = cursor.fetchone()
+    assert fetched["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    assert in_transaction == 0
+
+
+def call_rpc(base: str, path: str, method: str, params: dict, key: str, timeout: float = 30) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    response = httpx.post(f"{base}{path}", json=body, headers={"A2A-Version": "1.0", "X-API-Key": key},
+                          timeout=timeout)
+    return response.json()["result"]
