@@ -111,6 +111,22 @@ def receiver():
     running.stop()
 
 
+def run_async(coro):
+    """asyncio.run, then close the connection the ORM opened on asgiref's worker thread."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    async def main():
+        try:
+            return await coro
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    return asyncio.run(main())
+
+
 # --- tenants, agents, keys -------------------------------------------------------------
 
 @pytest.fixture

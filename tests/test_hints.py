@@ -9,22 +9,13 @@ from asgiref.sync import sync_to_async
 from tasks_app import hints, services
 from tasks_app.lifecycle import TaskState
 from tasks_app.waiting import wait_until_settled
+from tests.conftest import run_async
 from tests.test_services import receive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run(coro):
-    """asyncio.run, then close the connection the ORM opened on asgiref's worker thread."""
-    from django.db import connections
-
-    async def main():
-        try:
-            return await coro
-        finally:
-            await sync_to_async(connections.close_all)()
-
-    return asyncio.run(main())
+run = run_async
 
 
 @pytest.fixture

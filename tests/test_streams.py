@@ -15,21 +15,13 @@ from asgiref.testing import ApplicationCommunicator
 
 from tasks_app import hints, selectors, services, streams
 from tasks_app.lifecycle import TaskState
+from tests.conftest import run_async
 from tests.test_services import receive
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def run(coro):
-    from django.db import connections
-
-    async def main():
-        try:
-            return await coro
-        finally:
-            await sync_to_async(connections.close_all)()
-
-    return asyncio.run(main())
+run = run_async
 
 
 @dataclass
