@@ -13,6 +13,7 @@ leaving `follow()` unregisters the stream from its feed and the feed from the hi
 from __future__ import annotations
 
 import asyncio
+import random
 import weakref
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -149,7 +150,8 @@ async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncIterator[Log
             continue
         waited_from = loop.time()
         try:
-            await asyncio.wait_for(asyncio.shield(pulse), heartbeat)
+            # Jitter, so that streams opened together do not all read the log at one instant.
+            await asyncio.wait_for(asyncio.shield(pulse), heartbeat * random.uniform(0.85, 1.0))
         except TimeoutError:
             yield None
             fresh_since = waited_from
