@@ -20,7 +20,7 @@ from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
 
 from registry.models import Agent
-from registry.selectors import Principal, agent_get, api_key_authenticate
+from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 
 from . import dbcalls, jsonrpc
 from .cards import API_KEY_HEADER, agent_card, required_extensions
@@ -91,7 +91,8 @@ async def _agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespo
         response["Allow"] = "POST"
         return response
     presented = request.headers.get(API_KEY_HEADER)
-    found, principal = await dbcalls.run(_lookup, tenant, agent, presented)
+    cached = caller_cached(tenant_slug=tenant, agent_slug=agent, presented=presented)
+    found, principal = cached or await dbcalls.run(_lookup, tenant, agent, presented)
     if found is None:
         return _json(jsonrpc.error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{tenant}/{agent}/"), 404)
     if principal is None:
