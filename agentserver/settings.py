@@ -96,6 +96,9 @@ CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="agentserver")
 CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_IGNORE_RESULT = True
+# A failed publish is not retried in the request: the run stays committed and unclaimed, and
+# the sweeper enqueues it again (tasks_app.tasks.enqueue_run).
+CELERY_TASK_PUBLISH_RETRY = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False
 CELERY_WORKER_PREFETCH_MULTIPLIER = env.int("CELERY_PREFETCH", default=4)

@@ -99,3 +99,17 @@ class TaskView:
     artifacts: list[ArtifactView]
     metadata: dict[str, Any]
     reply_only: bool = False
+
+
+@dataclass(frozen=True)
+class RunInputs:
+    """What a claimed run gives its executor: the task's ids, its agent's executor and
+    settings, and the whole history."""
+
+    task_id: str
+    context_id: str
+    executor: str
+    agent_settings: dict[str, Any]
+    accepted_output_modes: list[str]
+    run_token: uuid.UUID
+    history: list[MessageView]

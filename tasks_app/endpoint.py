@@ -18,7 +18,7 @@ from typing import Any, AsyncIterator, Mapping
 from django.conf import settings
 
 from registry.models import Agent
-from registry.selectors import Principal, agent_get, api_key_authenticate
+from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 
 from . import dbcalls, jsonrpc
 from .cards import API_KEY_HEADER, required_extensions
@@ -139,7 +139,8 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         reply.headers["Allow"] = "POST"
         return reply
     presented = request.headers.get(API_KEY_HEADER.lower())
-    found, principal = await dbcalls.run(_lookup, request.tenant, request.agent, presented)
+    cached = caller_cached(tenant_slug=request.tenant, agent_slug=request.agent, presented=presented)
+    found, principal = cached or await dbcalls.run(_lookup, request.tenant, request.agent, presented)
     if found is None:
         return _error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{request.tenant}/{request.agent}/", 404)
     if principal is None:

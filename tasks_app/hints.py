@@ -62,21 +62,22 @@ def publish(task_id: str, state: str = "") -> None:
 class Watch:
     """One waiter's view of one task: `wait()` returns when a hint came or the timeout passed.
 
-    `states` holds the states the hints since the last wait announced ("" when a hint said
-    none): a waiter may use them to skip a read that could not change its mind, never to
-    decide without reading.
+    After each `wait()`, `states` holds the states announced by the hints that arrived since
+    the previous `wait()` returned, including those that came while the waiter was busy
+    elsewhere ("" when a hint said none): a waiter may use them to skip a read that could not
+    change its mind, never to decide without reading.
     """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._pending: list[str] = []
         self.states: list[str] = []
 
     def _wake(self, state: str) -> None:
-        self.states.append(state)
+        self._pending.append(state)
         self._event.set()
 
     async def wait(self, timeout: float) -> bool:
-        self.states = []
         try:
             await asyncio.wait_for(self._event.wait(), timeout)
             return True
@@ -84,6 +85,7 @@ class Watch:
             return False
         finally:
             self._event.clear()
+            self.states, self._pending = self._pending, []
 
 
 class Listener:

@@ -11,7 +11,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connections
 
-from . import selectors, services
+from . import services
 from .errors import InvalidTransition, TaskClosed
 from .executors import AgentContext, executor_for
 from .lifecycle import Failure, Role
@@ -21,31 +21,28 @@ log = logging.getLogger(__name__)
 
 
 def run(*, task_id: Any, run_token: Any) -> str:
-    """Returns what happened, for logs and tests: claimed elsewhere, gone, done, failed."""
+    """Returns what happened, for logs and tests: claimed elsewhere (or gone), done, failed, closed."""
     run_token = uuid.UUID(str(run_token))  # Celery hands it over as a string
 
     def fail(failure: str, reason: str) -> str:
         services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason)
         return "failed"
 
-    if not services.run_claim(task_id=task_id, run_token=run_token):
+    inputs = services.run_start(task_id=task_id, run_token=run_token)
+    if inputs is None:
         return "not-claimed"
-    loaded = selectors.run_inputs(task_id)
-    if loaded is None:
-        return "gone"
-    task, history = loaded
-    executor = executor_for(task.agent.executor)
+    executor = executor_for(inputs.executor)
     if executor is None:
-        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {task.agent.executor!r}")
-    latest_user = next((m for m in reversed(history) if m.role == Role.USER), None)
+        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {inputs.executor!r}")
+    latest_user = next((m for m in reversed(inputs.history) if m.role == Role.USER), None)
     ctx = AgentContext(
-        task_id=str(task.pk),
-        context_id=task.context_id,
+        task_id=inputs.task_id,
+        context_id=inputs.context_id,
         message=latest_user,
-        history=history,
-        settings=task.agent.settings or {},
-        accepted_output_modes=task.accepted_output_modes,
-        run_token=task.run_token,
+        history=inputs.history,
+        settings=inputs.agent_settings,
+        accepted_output_modes=inputs.accepted_output_modes,
+        run_token=inputs.run_token,
     )
     try:
         executor.execute(ctx)

@@ -15,6 +15,7 @@ from django.db.models import Q
 from registry.models import Agent
 from registry.selectors import Principal
 
+from . import sql
 from .domain import ArtifactView, MessageView, TaskView, parse_task_id
 from .errors import InvalidParams
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
@@ -104,6 +105,43 @@ def task_view(
         history = _history_for([task.pk], history_length).get(task.pk, [])
     artifacts = _artifacts_for([task.pk]).get(task.pk, []) if include_artifacts else []
     return _view(task, history, artifacts)
+
+
+def task_with_view(
+    task_id: Any, *, history_length: int | None = None, include_artifacts: bool = True,
+    agent: Agent | None = None, principal: Principal | None = None,
+) -> tuple[Task, TaskView] | None:
+    """A task and its view in one read (None if it does not exist, or, given `agent` and
+    `principal`, is not theirs). On Postgres it is one query that has the database build the
+    history and the artifacts as JSON; on SQLite, the ORM reads of `task_view`."""
+    if parse_task_id(task_id) is None:
+        return None
+    for_caller = agent is not None and principal is not None
+    if not sql.available():
+        task = (
+            task_for_caller(agent=agent, principal=principal, task_id=task_id) if for_caller
+            else Task.objects.select_related("status_message").filter(pk=task_id).first()
+        )
+        if task is None:
+            return None
+        return task, task_view(task, history_length=history_length, include_artifacts=include_artifacts)
+    params = {"task_id": task_id}
+    if for_caller:
+        params.update(agent_id=agent.pk, owner=principal.name)
+    statement = sql.TASK_READS[(for_caller, history_length != 0, include_artifacts)]
+    rows = sql.execute(statement, params)
+    if not rows:
+        return None
+    row = rows[0]
+    task = sql.task_from_row(row)
+    status_json, history_json, artifacts_json = row[-3:]
+    status_message = MessageView(**sql.loads(status_json)) if status_json else None
+    history = _last(sql.messages_from_json(history_json), history_length)
+    return task, TaskView(
+        id=str(task.id), context_id=task.context_id, state=task.state, status_message=status_message,
+        status_timestamp=task.status_timestamp, history=history,
+        artifacts=sql.artifacts_from_json(artifacts_json), metadata=task.metadata, reply_only=task.reply_only,
+    )
 
 
 def task_state(task_id: Any) -> str | None:

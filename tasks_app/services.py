@@ -11,26 +11,34 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from registry.models import Agent
 from registry.selectors import Principal
 
-from . import hints
-from .domain import NewMessage, parse_task_id
+from . import hints, sql
+from .domain import MessageView, NewMessage, RunInputs, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
-from .lifecycle import INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
+from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 from .parts import Part
-from .selectors import message_view
+from .selectors import message_view, run_inputs
 
-def _status_payload(state: str, message: Message | None, at: datetime, reason: str = "") -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "state": state,
-        "timestamp": at.isoformat(),
-        "message": message_view(message).as_payload() if message else None,
-    }
+# For each state, the states a task may be in to move to it (the state machine, inverted):
+# the single-statement writes check it in their WHERE clause.
+_SOURCES: dict[str, list[str]] = {
+    new: sorted(current for current, allowed in ALLOWED.items() if new in allowed) for new in TaskState.values
+}
+_OPEN = sorted(set(TaskState.values) - TERMINAL)
+
+
+def _status_payload(
+    state: str, message: Message | dict[str, Any] | None, at: datetime, reason: str = ""
+) -> dict[str, Any]:
+    if isinstance(message, Message):
+        message = message_view(message).as_payload()
+    payload: dict[str, Any] = {"state": state, "timestamp": at.isoformat(), "message": message}
     if reason:
         payload["reason"] = reason
     return payload
@@ -104,51 +112,96 @@ def message_receive(
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
     now = timezone.now()
+    if message.task_id:
+        with transaction.atomic():
+            task, stored = _follow_up_receive(
+                agent=agent, principal=principal, message=message, now=now,
+                accepted_output_modes=accepted_output_modes,
+            )
+            _enqueue_run(task)
+            _after_commit(task)
+        return task, stored
+    # A new task: the hot path. Nothing to lock or check, so it is inserts only.
+    task = Task(
+        id=new_task_id or uuid.uuid4(),
+        tenant_id=agent.tenant_id,
+        agent=agent,
+        owner=principal.name,
+        context_id=message.context_id or str(uuid.uuid4()),
+        dialect=dialect,
+        state=TaskState.SUBMITTED,
+        status_timestamp=now,
+        metadata=metadata or {},
+        accepted_output_modes=accepted_output_modes or [],
+        last_seq=1,
+        created_at=now,
+        updated_at=now,
+    )
+    _run_request(task, now)
+    payload = _status_payload(TaskState.SUBMITTED, None, now)
+    if sql.available():
+        # One statement, so one transaction of its own (or part of the caller's).
+        stored = _task_insert_in_one_statement(task, message, payload, now)
+        _enqueue_run(task)
+        _after_commit(task)
+        return task, stored
     with transaction.atomic():
-        if message.task_id:
-            task = _task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
-            if message.context_id and message.context_id != task.context_id:
-                raise InvalidParams(
-                    f"contextId {message.context_id!r} does not match the context of task {task.id}"
-                )
-            if task.state in TERMINAL:
-                raise UnsupportedOperation(
-                    f"task {task.id} is {task.state}; a task in a terminal state accepts no more messages"
-                )
-            if task.state not in INTERRUPTED:
-                raise UnsupportedOperation(
-                    f"task {task.id} is {task.state}; send a follow-up once it asks for input"
-                )
-            stored = _message_store(task=task, message=message, context_id=task.context_id)
-            task.accepted_output_modes = accepted_output_modes or []
-            _run_request(task, now)
-            _set_status(task=task, state=TaskState.SUBMITTED, message=None, at=now)
-            task.save()
-        else:
-            # A new task is written in four inserts and no update: this is the hot path.
-            task = Task(
-                id=new_task_id or uuid.uuid4(),
-                tenant_id=agent.tenant_id,
-                agent=agent,
-                owner=principal.name,
-                context_id=message.context_id or str(uuid.uuid4()),
-                dialect=dialect,
-                state=TaskState.SUBMITTED,
-                status_timestamp=now,
-                metadata=metadata or {},
-                accepted_output_modes=accepted_output_modes or [],
-                last_seq=1,
-            )
-            _run_request(task, now)
-            task.save(force_insert=True)
-            stored = _message_store(task=task, message=message, context_id=task.context_id)
-            StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
-            TaskEvent.objects.create(
-                task=task, seq=1, kind=EventKind.STATUS, payload=_status_payload(TaskState.SUBMITTED, None, now)
-            )
+        task.save(force_insert=True)
+        stored = _message_store(task=task, message=message, context_id=task.context_id)
+        StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
+        TaskEvent.objects.create(task=task, seq=1, kind=EventKind.STATUS, payload=payload)
         _enqueue_run(task)
         _after_commit(task)
     return task, stored
+
+
+def _follow_up_receive(
+    *, agent: Agent, principal: Principal, message: NewMessage, now: datetime,
+    accepted_output_modes: list[str] | None,
+) -> tuple[Task, Message]:
+    task = _task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
+    if message.context_id and message.context_id != task.context_id:
+        raise InvalidParams(
+            f"contextId {message.context_id!r} does not match the context of task {task.id}"
+        )
+    if task.state in TERMINAL:
+        raise UnsupportedOperation(
+            f"task {task.id} is {task.state}; a task in a terminal state accepts no more messages"
+        )
+    if task.state not in INTERRUPTED:
+        raise UnsupportedOperation(
+            f"task {task.id} is {task.state}; send a follow-up once it asks for input"
+        )
+    stored = _message_store(task=task, message=message, context_id=task.context_id)
+    task.accepted_output_modes = accepted_output_modes or []
+    _run_request(task, now)
+    _set_status(task=task, state=TaskState.SUBMITTED, message=None, at=now)
+    task.save()
+    return task, stored
+
+
+def _task_insert_in_one_statement(task: Task, message: NewMessage, payload: dict[str, Any], now: datetime) -> Message:
+    [(message_pk,)] = sql.execute(sql.NEW_TASK, {
+        "id": task.id, "tenant_id": task.tenant_id, "agent_id": task.agent_id, "owner": task.owner,
+        "context_id": task.context_id, "dialect": task.dialect, "state": task.state, "now": now,
+        "metadata": sql.dumps(task.metadata), "accepted": sql.dumps(task.accepted_output_modes),
+        "run_token": task.run_token, "message_id": message.message_id, "role": message.role,
+        "parts": sql.dumps(message.parts), "message_metadata": sql.dumps(message.metadata),
+        "extensions": sql.dumps(message.extensions), "reference_task_ids": sql.dumps(message.reference_task_ids),
+        "command": message.command, "command_params": sql.dumps(message.command_params),
+        "kind": EventKind.STATUS, "payload": sql.dumps(payload),
+    })
+    task._state.adding = False
+    task._state.db = DEFAULT_DB_ALIAS
+    stored = Message(
+        id=message_pk, task=task, message_id=message.message_id, context_id=task.context_id, role=message.role,
+        parts=message.parts, metadata=message.metadata, extensions=message.extensions,
+        reference_task_ids=message.reference_task_ids, command=message.command,
+        command_params=message.command_params, created_at=now,
+    )
+    stored._state.adding = False
+    stored._state.db = DEFAULT_DB_ALIAS
+    return stored
 
 
 def _run_request(task: Task, now: datetime) -> None:
@@ -196,6 +249,49 @@ def run_claim(*, task_id: Any, run_token: Any) -> bool:
     )
 
 
+def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
+    """Claim a run (as `run_claim`) and load what its executor is given (as
+    `selectors.run_inputs`); None when this caller did not get the run."""
+    if sql.available():
+        # One statement: the compare-and-set and the read of the agent and the history.
+        rows = sql.execute(sql.RUN_START, {
+            "task_id": task_id, "run_token": run_token, "now": timezone.now(), "terminal": sorted(TERMINAL),
+        })
+        if not rows:
+            return None
+        pk, context_id, accepted, token, executor, settings, history = rows[0]
+        return RunInputs(
+            task_id=str(pk), context_id=context_id, executor=executor, agent_settings=sql.loads(settings) or {},
+            accepted_output_modes=sql.loads(accepted), run_token=token,
+            history=sql.messages_from_json(history),
+        )
+    if not run_claim(task_id=task_id, run_token=run_token):
+        return None
+    loaded = run_inputs(task_id)
+    if loaded is None:
+        return None
+    task, history = loaded
+    return RunInputs(
+        task_id=str(task.pk), context_id=task.context_id, executor=task.agent.executor,
+        agent_settings=task.agent.settings or {}, accepted_output_modes=task.accepted_output_modes,
+        run_token=task.run_token, history=history,
+    )
+
+
+def _run_write_in_one_statement(statement: str, params: dict[str, Any], *, task_id: Any, run_token: Any,
+                                from_states: list[str]) -> Task | None:
+    """Run one of the single-statement writes of `sql`; the task as written, or None when the
+    guard failed (or the ids are not UUIDs) and the caller must take the locked ORM path."""
+    if not sql.available():
+        return None
+    pk = parse_task_id(task_id)
+    token = parse_task_id(run_token) if run_token is not None else None
+    if pk is None or (run_token is not None and token is None):
+        return None
+    rows = sql.execute(statement, {**params, "task_id": pk, "run_token": token, "from_states": from_states})
+    return sql.task_from_row(rows[0]) if rows else None
+
+
 def _locked_for_run(task_id: Any, run_token: Any) -> Task:
     task = Task.objects.select_for_update().filter(pk=task_id).first()
     if task is None:
@@ -229,6 +325,27 @@ def task_transition(
 ) -> None:
     """Move a task to `state`, with an optional agent message as the status message."""
     now = timezone.now()
+    message = None
+    if parts:
+        message = MessageView(
+            message_id=str(uuid.uuid4()), role=Role.AGENT, parts=parts, context_id="",
+            task_id=str(parse_task_id(task_id) or task_id), metadata={}, extensions=[], reference_task_ids=[],
+        ).as_payload()
+    params = {
+        "state": state, "now": now, "failure": failure, "reason": reason, "kind": EventKind.STATUS,
+        "payload": sql.dumps(_status_payload(state, message, now, reason)),
+    }
+    if message:
+        params.update(message_id=message["message_id"], role=Role.AGENT, parts=sql.dumps(parts),
+                      message_metadata=sql.dumps({}))
+    task = _run_write_in_one_statement(
+        sql.TRANSITION_WITH_MESSAGE if message else sql.TRANSITION, params,
+        task_id=task_id, run_token=run_token, from_states=_SOURCES.get(state, []),
+    )
+    if task is not None:
+        _after_commit(task)
+        return
+    # The guard failed: the locked path below says why (or writes, if the task moved on meanwhile).
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
         if not can_transition(task.state, state):
@@ -271,6 +388,27 @@ def artifact_append(
 ) -> str:
     """Add an artifact, or (append=True) add parts to an existing one. Returns its id."""
     artifact_id = artifact_id or str(uuid.uuid4())
+    now = timezone.now()
+    payload = {
+        "artifact": {
+            "artifact_id": artifact_id, "name": name, "description": description,
+            "parts": parts, "metadata": metadata or {}, "extensions": [],
+        },
+        "append": append,
+        "last_chunk": last_chunk,
+    }
+    task = _run_write_in_one_statement(
+        sql.ARTIFACT_APPEND if append else sql.ARTIFACT_REPLACE,
+        {
+            "now": now, "artifact_id": artifact_id, "name": name, "description": description,
+            "parts": sql.dumps(parts), "metadata": sql.dumps(metadata or {}), "complete": last_chunk,
+            "kind": EventKind.ARTIFACT, "payload": sql.dumps(payload),
+        },
+        task_id=task_id, run_token=run_token, from_states=_OPEN,
+    )
+    if task is not None:
+        _after_commit(task)
+        return artifact_id
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
         if append:
@@ -294,18 +432,9 @@ def artifact_append(
                 [artifact], update_conflicts=True, unique_fields=["task", "artifact_id"],
                 update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
             )
-        _event_append(
-            task=task,
-            kind=EventKind.ARTIFACT,
-            payload={
-                "artifact": {
-                    "artifact_id": artifact_id, "name": artifact.name, "description": artifact.description,
-                    "parts": parts, "metadata": metadata or {}, "extensions": [],
-                },
-                "append": append,
-                "last_chunk": last_chunk,
-            },
-        )
+        # The event names the artifact as stored: a chunk keeps the name of its first chunk.
+        payload["artifact"].update(name=artifact.name, description=artifact.description)
+        _event_append(task=task, kind=EventKind.ARTIFACT, payload=payload)
         task.save(update_fields=["last_seq", "updated_at"])
         _after_commit(task)
     return artifact_id

@@ -126,6 +126,16 @@ def run_async(coro):
 
     return asyncio.run(main())
 
+@pytest.fixture(params=["one-statement", "orm"])
+def store_path(request, monkeypatch):
+    """Run a test on both write/read paths: Postgres' single statements, and the ORM path
+    that SQLite (the embedded mode) takes and that a failed guard falls back to."""
+    if request.param == "orm":
+        from tasks_app import sql
+
+        monkeypatch.setattr(sql, "available", lambda: False)
+    return request.param
+
 
 # --- tenants, agents, keys -------------------------------------------------------------
 

@@ -194,9 +194,9 @@ def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_
     monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
     settings.A2A_BLOCKING_TIMEOUT, settings.HINT_FALLBACK_POLL = 1.0, 0.2
     calls = {"state": 0, "view": 0}
-    state, view = selectors.task_state, selectors.task_view
+    state, view = selectors.task_state, selectors.task_with_view
     monkeypatch.setattr(selectors, "task_state", lambda *a: calls.__setitem__("state", calls["state"] + 1) or state(*a))
-    monkeypatch.setattr(selectors, "task_view", lambda *a, **k: calls.__setitem__("view", calls["view"] + 1) or view(*a, **k))
+    monkeypatch.setattr(selectors, "task_with_view", lambda *a, **k: calls.__setitem__("view", calls["view"] + 1) or view(*a, **k))
     task = rpc.send(ECHO, key=alice_key).result["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     assert calls["state"] >= 3 and calls["view"] == 1

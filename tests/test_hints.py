@@ -96,3 +96,15 @@ def test_hints_that_cannot_settle_the_task_spare_the_database(waiting_task, monk
 
     assert run(scenario()) == TaskState.COMPLETED
     assert 2 <= len(reads) <= 3, reads  # the first read, the one after "completed", maybe one poll
+
+
+def test_a_hint_that_came_before_the_wait_still_tells_its_state():
+    async def go():
+        async with hints.watch("not-a-task") as watch:
+            hints.publish("not-a-task", "working")  # while the waiter is busy elsewhere
+            await asyncio.sleep(0.05)
+            woken = await watch.wait(1.0)
+            return woken, watch.states
+
+    woken, states = run(go())
+    assert woken and states and set(states) == {"working"}

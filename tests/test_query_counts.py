@@ -7,22 +7,38 @@ from tests.conftest import user_message
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_send_message_with_return_immediately_costs_four_inserts_in_one_transaction(rpc, echo_agent, alice_key, monkeypatch,
-                                                                 django_assert_num_queries):
+def test_send_message_with_return_immediately_writes_the_new_task_in_one_statement(
+    rpc, echo_agent, alice_key, monkeypatch, django_assert_num_queries
+):
     from tasks_app import tasks
 
     enqueued = []
     monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: enqueued.append(kw))
     params = {"message": user_message(), "configuration": {"returnImmediately": True}}
-    # agent + key lookups, then BEGIN, inserts of task, message, status change and event, COMMIT.
-    with django_assert_num_queries(8):
+    # agent + key lookups, then one statement inserting task, message, status change and event.
+    with django_assert_num_queries(3):
         task = rpc("/agents/acme/echo/", "SendMessage", params, key=alice_key).result["task"]
     assert [str(e["task_id"]) for e in enqueued] == [task["id"]]
 
 
-def test_get_task_costs_five_queries(rpc, echo_agent, alice_key, django_assert_num_queries):
+def test_get_task_reads_the_task_its_history_and_its_artifacts_in_one_query(
+    rpc, echo_agent, alice_key, django_assert_num_queries
+):
     task = rpc.send("/agents/acme/echo/", key=alice_key).result["task"]
-    # agent + key lookups, the task (with its status message), its history, its artifacts.
-    with django_assert_num_queries(5):
+    # agent + key lookups, then the task with its status message, history and artifacts.
+    with django_assert_num_queries(3):
         fetched = rpc("/agents/acme/echo/", "GetTask", {"id": task["id"]}, key=alice_key).result
     assert fetched["artifacts"]
+
+
+def test_a_run_of_the_echo_agent_costs_three_statements(echo_agent, monkeypatch, django_assert_num_queries):
+    from registry.selectors import Principal
+    from tasks_app import runner, services, tasks
+    from tasks_app.domain import NewMessage
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
+    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
+    # The claim with the inputs, the artifact, the completion: one statement each.
+    with django_assert_num_queries(3):
+        assert runner.run(task_id=task.pk, run_token=task.run_token) == "done"

@@ -14,6 +14,8 @@ from tasks_app.lifecycle import TaskState
 from tasks_app.models import Task
 from tests.conftest import make_agent
 
+pytestmark = pytest.mark.usefixtures("store_path")
+
 
 @pytest.fixture
 def run_with(tenant, monkeypatch):

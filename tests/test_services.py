@@ -14,6 +14,8 @@ from tasks_app.models import Task, TaskEvent
 
 ALICE = Principal(name="alice", api_key_id=1)
 
+pytestmark = pytest.mark.usefixtures("store_path")
+
 
 @pytest.fixture
 def no_enqueue(monkeypatch):
@@ -60,6 +62,33 @@ def test_every_change_appends_one_event_with_the_next_seq(echo_agent, no_enqueue
     assert task.last_seq == 5
     artifact = task.artifacts.get()
     assert [p["text"] for p in artifact.parts] == ["1", "2"] and artifact.complete
+
+
+def test_events_carry_the_whole_change_as_readers_see_it(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.artifact_append(task_id=task.pk, artifact_id="a", name="first", parts=[{"type": "text", "text": "1"}],
+                             append=True)
+    services.artifact_append(task_id=task.pk, artifact_id="a", name="ignored", parts=[{"type": "text", "text": "2"}],
+                             append=True, last_chunk=True)
+    services.task_transition(task_id=task.pk, state=TaskState.COMPLETED, parts=[{"type": "text", "text": "done"}],
+                             run_token=task.run_token)
+    first, second, done = (e.payload for e in TaskEvent.objects.filter(task=task, seq__gt=1).order_by("seq"))
+    assert first["artifact"]["name"] == second["artifact"]["name"] == "first"
+    assert second["artifact"]["parts"] == [{"type": "text", "text": "2"}] and second["last_chunk"]
+    assert done["state"] == "completed" and done["message"]["parts"] == [{"type": "text", "text": "done"}]
+    assert done["message"]["context_id"] == task.context_id and done["message"]["task_id"] == str(task.pk)
+    task.refresh_from_db()
+    assert task.status_message.message_id == done["message"]["message_id"]
+    assert task.status_changes.last().message == task.status_message
+
+
+def test_the_after_commit_hook_gets_the_task_as_written(echo_agent, no_enqueue, monkeypatch):
+    seen = []
+    monkeypatch.setattr(services, "_after_commit", lambda task: seen.append((task.pk, task.state, task.last_seq)))
+    task = receive(echo_agent)
+    services.task_transition(task_id=str(task.pk), state=TaskState.WORKING)
+    services.artifact_append(task_id=task.pk, parts=[{"type": "text", "text": "1"}])
+    assert seen == [(task.pk, "submitted", 1), (task.pk, "working", 2), (task.pk, "working", 3)]
 
 
 def test_a_terminal_task_accepts_no_more_changes(echo_agent, no_enqueue):

@@ -73,10 +73,12 @@ def _required_id(params: dict, key: str = "id") -> str:
 
 def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -> dict[str, Any]:
     """A SendMessage-style result: the task, or (as_reply) the bare reply it stands for."""
-    task = selectors.task_by_id(task_id)
+    found = selectors.task_with_view(task_id, history_length=history_length)
+    if found is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    task, view = found
     if as_reply and task.failure == Failure.INVALID_RESPONSE:
         raise InvalidAgentResponse(f"task {task.pk} failed: {selectors.failure_reason(task)}")
-    view = selectors.task_view(task, history_length=history_length)
     if as_reply and view.reply_only and view.status_message is not None:
         return {"message": codec.encode_bare_message(view.status_message)}
     return {"task": codec.encode_task(view)}
@@ -288,10 +290,12 @@ async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     history_length = codec.opt_int(params, "historyLength", "params", minimum=0)
 
     def read() -> dict[str, Any]:
-        task = selectors.task_for_caller(agent=call.agent, principal=call.principal, task_id=task_id)
-        if task is None:
+        found = selectors.task_with_view(
+            task_id, history_length=history_length, agent=call.agent, principal=call.principal
+        )
+        if found is None:
             raise TaskNotFound(f"task {task_id!r} not found")
-        return codec.encode_task(selectors.task_view(task, history_length=history_length))
+        return codec.encode_task(found[1])
 
     return await dbcalls.run(read)
 

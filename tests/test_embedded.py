@@ -1,0 +1,54 @@
+"""The embedded mode (SQLite, agents run in-process) serves the same requests end to end.
+
+It runs in a subprocess: the suite's own settings are Postgres', and the embedded mode is
+chosen at settings time. On SQLite the store takes its ORM path (tasks_app.sql is Postgres only).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+SCRIPT = r"""
+import json, sys, uuid
+import django
+django.setup()
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+call_command("seed_demo")
+from registry.models import Tenant
+from registry.services import api_key_create
+key = api_key_create(tenant=Tenant.objects.get(slug="demo"), name="t", principal="t")[1]
+client = Client()
+
+def rpc(method, params):
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    r = client.post("/agents/demo/echo/", data=json.dumps(body), content_type="application/json",
+                    headers={"A2A-Version": "1.0", "X-API-Key": key})
+    return r.json()
+
+message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+sent = rpc("SendMessage", {"message": message})["result"]["task"]
+fetched = rpc("GetTask", {"id": sent["id"]})["result"]
+print(json.dumps({"sent": sent, "fetched": fetched}))
+"""
+
+
+def test_the_embedded_mode_answers_a_blocking_send_message_and_get_task(tmp_path):
+    env = {
+        **os.environ, "AGENTSERVER_EMBEDDED": "1", "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings", "DB_THREADS": "0", "LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    sent, fetched = result["sent"], result["fetched"]
+    assert sent["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert sent["artifacts"][0]["parts"] == [{"text": "echo: hi"}]
+    assert fetched["id"] == sent["id"] and fetched["artifacts"] == sent["artifacts"]
+    assert [m["role"] for m in fetched["history"]] == ["ROLE_USER"]
