@@ -14,8 +14,13 @@ hint of its task that this script hears (it subscribes to them in Redis) at or a
 event row's `created_at`; the worker publishes that hint right after the commit. Also
 reported: arrival - `created_at` (set just before the INSERT), which adds the worker's own
 write transaction and errs high.
-With N streams: N/`--fanout` tasks, each followed by `--fanout` SubscribeToTask clients
-(N=1: one SendStreamingMessage). The worker runs the tasks in threads, all at once.
+One stream: `--rounds` SendStreamingMessage calls in a row. N streams: N/`--fanout` writer
+tasks that wait for input, each followed by `--fanout` SubscribeToTask clients; once every
+stream holds its snapshot (the time that takes is reported), each task gets its answer and
+the writer reports progress and streams its text (7 events, 0.2 s apart); the answers are
+spread over `--spread` seconds (2), as from independent clients; the worker runs the tasks
+in threads. So the figure is the steady state of N open streams, not the burst of
+opening them.
 
 Memory: `--idle` tasks are left waiting for input (the writer agent, asked nothing clear),
 then one SubscribeToTask stream each is opened and held; daphne's resident set size (VmRSS)
@@ -169,11 +174,11 @@ class Hints:
         return next((t for t in self.seen.get(task_id, []) if t >= created), None)
 
 
-async def latency(a, key: str, echo: str, streams: int) -> dict:
+async def latency(a, key: str, agents: dict, streams: int) -> dict:
     async with Hints(a.redis_url) as hints:
-        received = await _follow(a, key, echo, streams)
+        received, opening = await _follow(a, key, agents, streams)
     created = commit_times(a.database_url, {(t, s) for t, s, _ in received})
-    from_write, from_commit = [], []
+    from_write, from_commit, by_seq = [], [], {}
     for task_id, seq, arrived in received:
         if (task_id, seq) not in created:
             continue
@@ -181,30 +186,50 @@ async def latency(a, key: str, echo: str, streams: int) -> dict:
         committed = hints.commit_after(task_id, created[(task_id, seq)])
         if committed is not None:
             from_commit.append((arrived - committed) * 1000)
+            by_seq.setdefault(seq, []).append(from_commit[-1])
     return {"streams": streams, "events": len(received), "latency_ms": percentiles(from_commit),
-            "from_write_ms": percentiles(from_write)}
+            "from_write_ms": percentiles(from_write), "opening_s": round(opening, 2),
+            # which events are slow: e.g. those the web process commits itself (a follow-up's
+            # "submitted") wait behind the requests it is serving
+            "by_seq_ms": {seq: percentiles(values) for seq, values in sorted(by_seq.items())}}
 
 
-async def _follow(a, key: str, echo: str, streams: int) -> list[tuple[str, int, float]]:
-    meta = {"benchChunks": a.chunks, "benchDelayMs": a.delay_ms}
-    clients: list[Stream] = []
+async def _follow(a, key: str, agents: dict, streams: int) -> tuple[list[tuple[str, int, float]], float]:
+    """(every event the streams received, seconds it took to open them)."""
     if streams == 1:
+        meta = {"benchChunks": a.chunks, "benchDelayMs": a.delay_ms}
+        clients = []
         for _ in range(a.rounds):
-            one = Stream(a.port, echo, key, "SendStreamingMessage", message("latency", **meta))
+            one = Stream(a.port, agents["echo"], key, "SendStreamingMessage", message("latency", **meta))
             await one.run()
             clients.append(one)
-    else:
-        tasks = max(1, streams // a.fanout)
-        created = await asyncio.gather(*[
-            post(a.port, echo, key, "SendMessage",
-                 {**message("latency", **meta), "configuration": {"returnImmediately": True}})
-            for _ in range(tasks)
-        ])
-        ids = [c["result"]["task"]["id"] for c in created]
-        clients = [Stream(a.port, echo, key, "SubscribeToTask", {"id": task_id})
-                   for task_id in ids for _ in range(a.fanout)][:streams]
-        await asyncio.gather(*[c.run() for c in clients])
-    return [e for c in clients for e in c.events]
+        return [e for c in clients for e in c.events], 0.0
+    # Steady state: every stream is open before any task produces. Writer tasks wait for input
+    # first; once all their subscribers hold their snapshot, the answers set them to work.
+    writer = agents["writer"]
+    tasks = max(1, streams // a.fanout)
+    waiting = await asyncio.gather(*[post(a.port, writer, key, "SendMessage", message("write"))
+                                     for _ in range(tasks)])
+    ids = [w["result"]["task"]["id"] for w in waiting]
+    clients = [Stream(a.port, writer, key, "SubscribeToTask", {"id": task_id})
+               for task_id in ids for _ in range(a.fanout)][:streams]
+    opened = time.monotonic()
+    runners = [asyncio.ensure_future(c.run()) for c in clients]
+    await asyncio.gather(*[c.first for c in clients])
+    opening = time.monotonic() - opened
+    for c in clients:
+        c.events.clear()  # what came in while the others were opening is not steady state
+    async def answer(i: int, task_id: str) -> None:
+        # Spread over `--spread` seconds, so events arrive as from independent clients, not
+        # in bursts of one per task at the same instant (nor a burst of requests to daphne).
+        await asyncio.sleep(i * a.spread / len(ids))
+        await post(a.port, writer, key, "SendMessage",
+                   {"message": {**message(f"a poem about rivers {i}")["message"], "taskId": task_id},
+                    "configuration": {"returnImmediately": True}})
+
+    await asyncio.gather(*[answer(i, task_id) for i, task_id in enumerate(ids)])
+    await asyncio.gather(*runners)
+    return [e for c in clients for e in c.events], opening
 
 
 def rss_mb(pid: int) -> float:
@@ -261,6 +286,7 @@ def parse_args(argv=None):
     p.add_argument("--fanout", type=int, default=10, help="subscribers per task when streams > 1")
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("--delay-ms", type=int, default=200)
+    p.add_argument("--spread", type=float, default=2.0, help="seconds over which the tasks get their answers")
     p.add_argument("--rounds", type=int, default=5, help="sequential streams for the 1-stream point")
     p.add_argument("--idle", type=int, default=1000, help="idle streams for the memory point")
     p.add_argument("--heartbeat", type=float, default=15.0, help="SSE_HEARTBEAT of the server")
@@ -278,7 +304,9 @@ def main(argv=None) -> int:
     require_free_port(a.port, "server", "--port")
     env = {**os.environ, "DATABASE_URL": a.database_url, "REDIS_URL": a.redis_url,
            "DJANGO_SETTINGS_MODULE": "agentserver.settings", "CELERY_QUEUE": f"bench-stream-{os.getpid()}",
-           "SSE_HEARTBEAT": str(a.heartbeat), "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1"}
+           "SSE_HEARTBEAT": str(a.heartbeat), "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
+           # the worker runs up to 32 agent threads, each needing a connection of its own
+           "DB_POOL_MAX": "40"}
     env.pop("AGENTSERVER_EMBEDDED", None)
     ensure_database(a.database_url, fresh=True)
     flush_redis(a.redis_url)
@@ -296,7 +324,7 @@ def main(argv=None) -> int:
         if a.only in (None, "latency"):
             for n in [int(x) for x in a.streams.split(",")]:
                 log(f"latency with {n} stream(s)")
-                results["latency"].append(asyncio.run(latency(a, seed["api_key"], echo, n)))
+                results["latency"].append(asyncio.run(latency(a, seed["api_key"], seed["agents"], n)))
                 log(json.dumps(results["latency"][-1]))
         if a.only in (None, "memory"):
             log(f"memory with {a.idle} idle streams")
@@ -317,14 +345,16 @@ def report(r: dict) -> str:
     if r["latency"]:
         a = r["args"]
         lines += [f"Commit in the worker -> arrival at the client (and, in brackets, from the worker's "
-                  f"INSERT: its transaction included); echo tasks of {a['chunks']} chunks {a['delay_ms']} ms "
-                  f"apart, {a['fanout']} subscribers per task beyond one stream.", "",
-                  "| streams | events | p50 ms | p90 ms | p99 ms | max ms |", "|---|---|---|---|---|---|"]
+                  f"INSERT: its transaction included). One stream: echo tasks of {a['chunks']} chunks "
+                  f"{a['delay_ms']} ms apart; more: writer tasks with {a['fanout']} subscribers each, "
+                  "all streams open before the tasks produce.", "",
+                  "| streams | events | p50 ms | p90 ms | p99 ms | max ms | opening all streams |",
+                  "|---|---|---|---|---|---|---|"]
         for point in r["latency"]:
             q, w = point["latency_ms"], point["from_write_ms"]
             lines.append(f"| {point['streams']} | {point['events']} | {q['p50']:.1f} ({w['p50']:.1f}) | "
                          f"{q['p90']:.1f} ({w['p90']:.1f}) | {q['p99']:.1f} ({w['p99']:.1f}) | "
-                         f"{q['max']:.1f} ({w['max']:.1f}) |")
+                         f"{q['max']:.1f} ({w['max']:.1f}) | {point['opening_s']} s |")
         lines.append("")
     if r["memory"]:
         m = r["memory"]

@@ -235,11 +235,15 @@ def events_after(task_id: Any, seq: int, *, limit: int = 500) -> list[LoggedEven
 def task_snapshot(
     *, agent: Agent, principal: Principal, task_id: str, history_length: int | None = None
 ) -> tuple[TaskView, int] | None:
-    """The caller's task and the log position it reflects, read as one consistent picture.
+    """The caller's task and the log position it reflects, read as one consistent picture,
+    so that a chunk cannot land both in the snapshot and after its seq.
 
-    Every writer locks the task row before it appends to the log, so holding that lock for
-    the three reads keeps a chunk from landing both in the snapshot and after its seq.
+    On Postgres that is one statement, which sees one snapshot of every table. The ORM path
+    (SQLite) holds the task's row lock for its reads: every writer takes it first.
     """
+    if sql.available():
+        found = task_with_view(task_id, history_length=history_length, agent=agent, principal=principal)
+        return None if found is None else (found[1], found[0].last_seq)
     with transaction.atomic():
         task = (
             Task.objects.select_for_update(of=("self",))

@@ -60,6 +60,8 @@ def _after_commit(task: Task) -> None:
 
 
 def _enqueue_run(task: Task) -> None:
+    """Register after `_after_commit`: the hint is one cheap PUBLISH that streams of the task
+    wait for, the broker's publish takes longer, and on_commit callbacks run in order."""
     from .tasks import enqueue_run  # the Celery module imports services; import late
 
     task_id, token = task.id, task.run_token
@@ -118,8 +120,8 @@ def message_receive(
                 agent=agent, principal=principal, message=message, now=now,
                 accepted_output_modes=accepted_output_modes,
             )
-            _enqueue_run(task)
             _after_commit(task)
+            _enqueue_run(task)
         return task, stored
     # A new task: the hot path. Nothing to lock or check, so it is inserts only.
     task = Task(
@@ -142,16 +144,16 @@ def message_receive(
     if sql.available():
         # One statement, so one transaction of its own (or part of the caller's).
         stored = _task_insert_in_one_statement(task, message, payload, now)
-        _enqueue_run(task)
         _after_commit(task)
+        _enqueue_run(task)
         return task, stored
     with transaction.atomic():
         task.save(force_insert=True)
         stored = _message_store(task=task, message=message, context_id=task.context_id)
         StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
         TaskEvent.objects.create(task=task, seq=1, kind=EventKind.STATUS, payload=payload)
-        _enqueue_run(task)
         _after_commit(task)
+        _enqueue_run(task)
     return task, stored
 
 
