@@ -331,3 +331,22 @@ def test_a_bare_message_reply_is_the_whole_stream(conformance_agent):
 
     (only,) = run(scenario())
     assert kind(only) == "message" and "taskId" not in only.result["message"]
+
+
+def test_a_streaming_send_takes_an_inline_push_config_too(echo_agent, alice_key, push_jobs):
+    from push.models import PushConfig
+
+    inline = {"id": "inline", "url": "http://127.0.0.1:9/hook"}
+
+    async def scenario():
+        call = SseCall("SendStreamingMessage", {
+            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ping"}]},
+            "configuration": {"taskPushNotificationConfig": inline},
+        }, key=alice_key)
+        await call.start()
+        return await call.rest()
+
+    frames = run(scenario())
+    config = PushConfig.objects.get(task_id=frames[0].result["task"]["id"])
+    assert (config.config_id, config.delivered_seq) == ("inline", 0)  # from the task's first event
+    assert state(frames[-1]) == "TASK_STATE_COMPLETED" and push_jobs
