@@ -49,6 +49,12 @@ def test_the_jwks_is_served_with_public_keys_only(client):
     assert key["kid"] == SigningKey.objects.get().kid
 
 
+def test_a_fresh_install_publishes_the_key_its_first_notification_will_be_signed_with(client):
+    [published] = client.get("/.well-known/jwks.json").json()["keys"]
+    body, headers = notification()
+    assert verify(body, headers).claims and published["kid"] == SigningKey.objects.get().kid
+
+
 def test_the_private_key_is_not_readable_in_the_database():
     notification()
     with connection.cursor() as cursor:
