@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import uuid
 from collections import defaultdict
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any, Iterable, NamedTuple
 
@@ -238,21 +239,9 @@ def task_snapshot(
     """The caller's task and the log position it reflects, read as one consistent picture,
     so that a chunk cannot land both in the snapshot and after its seq.
 
-    On Postgres that is one statement, which sees one snapshot of every table. The ORM path
-    (SQLite) holds the task's row lock for its reads: every writer takes it first.
+    On Postgres `task_with_view` is one statement, which sees one snapshot of every table;
+    on SQLite its reads share one transaction, which is a snapshot there.
     """
-    if sql.available():
+    with transaction.atomic() if not sql.available() else nullcontext():
         found = task_with_view(task_id, history_length=history_length, agent=agent, principal=principal)
-        return None if found is None else (found[1], found[0].last_seq)
-    with transaction.atomic():
-        task = (
-            Task.objects.select_for_update(of=("self",))
-            .select_related("status_message")
-            .filter(pk=task_id, agent=agent, owner=principal.name)
-            .first()
-            if parse_task_id(task_id) is not None
-            else None
-        )
-        if task is None:
-            return None
-        return task_view(task, history_length=history_length), task.last_seq
+    return None if found is None else (found[1], found[0].last_seq)

@@ -39,6 +39,8 @@ class Feed:
         self._dirty = True
         self._read_started = float("-inf")
         self._reading: asyncio.Future[None] | None = None
+        # The feed's registration with the hint listener, held while it has followers.
+        self._hints = hints.listener().watch(task_id, self)
 
     # -- the hint side: the listener calls `_wake` on the event loop ---------------------
 
@@ -99,12 +101,8 @@ _feeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Feed]] = 
 
 
 def open_feeds() -> dict[str, int]:
-    """Followers per task being streamed by this process (for health checks and tests)."""
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return {tid: f.followers for feeds in list(_feeds.values()) for tid, f in feeds.items()}
-    return {tid: f.followers for tid, f in _feeds.get(loop, {}).items()}
+    """Followers per task this event loop streams (for tests)."""
+    return {tid: f.followers for tid, f in _feeds.get(asyncio.get_running_loop(), {}).items()}
 
 
 def open_stream_count() -> int:
@@ -120,8 +118,7 @@ async def follow(task_id: Any) -> AsyncIterator[Feed]:
     feed = feeds.get(task_id)
     if feed is None:
         feed = feeds[task_id] = Feed(task_id)
-        feed._registration = hints.listener().watch(task_id, feed)  # type: ignore[attr-defined]
-        await feed._registration.__aenter__()  # type: ignore[attr-defined]
+        await feed._hints.__aenter__()
     feed.followers += 1
     try:
         yield feed
@@ -129,7 +126,7 @@ async def follow(task_id: Any) -> AsyncIterator[Feed]:
         feed.followers -= 1
         if feed.followers == 0 and feeds.get(task_id) is feed:
             del feeds[task_id]
-            await feed._registration.__aexit__(None, None, None)  # type: ignore[attr-defined]
+            await feed._hints.__aexit__(None, None, None)
 
 
 async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncIterator[LoggedEvent | None]:

@@ -19,17 +19,16 @@ from registry.selectors import agent_get
 from . import endpoint, streams
 from .cards import agent_card
 
-JSON = endpoint.JSON
-
-
-def _json(body: bytes, status: int = 200, **headers: str) -> HttpResponse:
-    # Agent endpoints run without the site middleware (agentserver/asgi.py): set what it would.
-    response = HttpResponse(body, status=status, content_type=JSON)
-    response["Content-Length"] = str(len(body))
-    response["X-Content-Type-Options"] = "nosniff"
+def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
     for name, value in headers.items():
-        response[name.replace("_", "-")] = value
+        response[name] = value
     return response
+
+
+def _json(body: bytes, status: int = 200) -> HttpResponse:
+    # Agent endpoints run without the site middleware (agentserver/asgi.py): the headers it
+    # would set come with the reply.
+    return _with_headers(HttpResponse(body, status=status), endpoint.Reply(status, body).all_headers())
 
 
 def _base_url(request: HttpRequest) -> str:
@@ -50,14 +49,8 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         query=request.GET, body=body, base_url=_base_url(request),
     ))
     if isinstance(outcome, endpoint.Reply):
-        response = HttpResponse(outcome.body, status=outcome.status)
-        headers = outcome.all_headers()
-    else:
-        response = StreamingHttpResponse(_frames_then_close(outcome))
-        headers = outcome.all_headers()
-    for name, value in headers.items():
-        response[name] = value
-    return response
+        return _with_headers(HttpResponse(outcome.body, status=outcome.status), outcome.all_headers())
+    return _with_headers(StreamingHttpResponse(_frames_then_close(outcome)), outcome.all_headers())
 
 
 async def _frames_then_close(outcome: endpoint.Streamed) -> AsyncIterator[bytes]:

@@ -169,7 +169,7 @@ def test_a_subscription_outlasts_an_input_request_and_ends_when_the_task_is_over
     ]
 
 
-def test_a_reconnect_with_last_event_id_gets_exactly_the_events_it_missed(held_task, alice_key):
+def test_a_reconnect_with_last_event_id_gets_exactly_the_events_it_missed(held_task, alice_key, store_path):
     async def scenario():
         first = subscribe(held_task, alice_key)
         await first.start()
