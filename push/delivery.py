@@ -56,18 +56,12 @@ def run(*, config_pk: int) -> str:
         services.lease_release(config_pk=config_pk, lease_token=token)
     if verdict.outcome == "retry":
         # A hair over the backoff, so the job never arrives before next_attempt_at.
-        _enqueue(config_pk, countdown=verdict.delay + 0.02)
+        services.delivery_enqueue(config_pk, countdown=verdict.delay + 0.02)
     elif verdict.outcome in ("idle", "delivered") and selectors.config_owed(config_pk):
         # An event committed while we held the lease: its own job found the config leased and
         # left. Or the batch ran out. Either way someone must go on.
-        _enqueue(config_pk)
+        services.delivery_enqueue(config_pk)
     return verdict.outcome
-
-
-def _enqueue(config_pk: int, countdown: float | None = None) -> None:
-    from .tasks import enqueue_delivery
-
-    enqueue_delivery(config_pk=config_pk, countdown=countdown)
 
 
 def headers_for(due: services.Due, *, body: bytes, signature: str) -> dict[str, str]:

@@ -21,6 +21,18 @@ class ConfigStatus(models.TextChoices):
     DEAD = "dead"
 
 
+class PushConfigQuerySet(models.QuerySet):
+    def live(self) -> PushConfigQuerySet:
+        """Configs that still get deliveries: not dead, not deleted."""
+        return self.filter(status=ConfigStatus.ACTIVE, deleted_at__isnull=True)
+
+    def free(self, now) -> PushConfigQuerySet:
+        """Configs no live job holds and that are not waiting out a backoff."""
+        return self.filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now)).filter(
+            Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now)
+        )
+
+
 class PushConfig(models.Model):
     """A TaskPushNotificationConfig: where and how to tell a client about its task's events."""
 
@@ -45,6 +57,8 @@ class PushConfig(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="Deleted by the client; kept for the log.")
+
+    objects = PushConfigQuerySet.as_manager()
 
     class Meta:
         verbose_name = "push config"
@@ -124,10 +138,6 @@ class PushAttempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.started_at:%Y-%m-%d %H:%M:%S} {self.status_code or self.error[:40]}"
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status_code is not None and 200 <= self.status_code < 300
 
 
 class SigningKey(models.Model):

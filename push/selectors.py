@@ -7,24 +7,22 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from registry.models import Agent
 from registry.selectors import Principal
-from tasks_app.domain import parse_task_id
+from tasks_app.selectors import task_for_caller
 from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
 
 from .domain import PushConfigView
-from .models import ConfigStatus, PushConfig
+from .models import PushConfig
 from .sealing import unseal
 
 
 def _task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
-    task = None
-    if parse_task_id(task_id) is not None:
-        task = Task.objects.filter(pk=task_id, agent=agent, owner=principal.name).only("pk").first()
+    task = task_for_caller(agent=agent, principal=principal, task_id=task_id)
     if task is None:
         raise TaskNotFound(f"task {task_id!r} not found")
     return task
@@ -80,7 +78,7 @@ def configs_for_caller(
 def live_config_pks(task_id: Any) -> list[int]:
     """The configs a new event of the task must be delivered to."""
     return list(
-        PushConfig.objects.filter(task_id=task_id, status=ConfigStatus.ACTIVE, deleted_at__isnull=True)
+        PushConfig.objects.live().filter(task_id=task_id)
         .values_list("pk", flat=True)
     )
 
@@ -88,10 +86,7 @@ def live_config_pks(task_id: Any) -> list[int]:
 def _owed(now: datetime):
     """Live configs with events after their cursor that no job holds or waits for."""
     return (
-        PushConfig.objects.filter(status=ConfigStatus.ACTIVE, deleted_at__isnull=True,
-                                  delivered_seq__lt=F("task__last_seq"))
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        PushConfig.objects.live().free(now).filter(delivered_seq__lt=F("task__last_seq"))
     )
 
 

@@ -16,14 +16,13 @@ from typing import Any, Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from registry.models import Agent
 from registry.selectors import Principal
-from tasks_app.domain import parse_task_id
-from tasks_app.errors import InvalidParams, TaskNotFound
+from tasks_app.errors import InvalidParams
 from tasks_app.models import Task
+from tasks_app.services import task_lock_for_caller
 
 from . import ssrf
 from .domain import PushConfigInput
@@ -36,7 +35,7 @@ _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e]*$")
 
 
-def _enqueue(config_pk: int, countdown: float | None = None) -> None:
+def delivery_enqueue(config_pk: int, countdown: float | None = None) -> None:
     from .tasks import enqueue_delivery  # the Celery module imports this one; import late
 
     enqueue_delivery(config_pk=config_pk, countdown=countdown)
@@ -65,15 +64,6 @@ def config_check(*, config: PushConfigInput) -> None:
         raise InvalidParams("id is longer than 200 characters")
 
 
-def _task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
-    task = None
-    if parse_task_id(task_id) is not None:
-        task = Task.objects.select_for_update().filter(pk=task_id, agent=agent, owner=principal.name).first()
-    if task is None:
-        raise TaskNotFound(f"task {task_id!r} not found")
-    return task
-
-
 def config_create(
     *, agent: Agent, principal: Principal, task_id: str, config: PushConfigInput, after_seq: int | None = None
 ) -> PushConfig:
@@ -83,7 +73,7 @@ def config_create(
     event, i.e. what happens from now on. The caller has run `config_check` first.
     """
     with transaction.atomic():
-        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
         fields = {
             "url": config.url,
             "auth_scheme": config.auth_scheme,
@@ -111,7 +101,7 @@ def config_create(
         if not task.has_push_configs:
             Task.objects.filter(pk=task.pk).update(has_push_configs=True)
         pk = stored.pk
-        transaction.on_commit(lambda: _enqueue(pk))
+        transaction.on_commit(lambda: delivery_enqueue(pk))
     return stored
 
 
@@ -120,7 +110,7 @@ def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id
     error (A2A wants Delete idempotent); the task must still be the caller's."""
     now = timezone.now()
     with transaction.atomic():
-        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
         # The row stays for the delivery log; its secrets go.
         PushConfig.objects.filter(task=task, config_id=config_id, deleted_at__isnull=True).update(
             deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
@@ -136,19 +126,13 @@ def _lease_seconds() -> float:
     return settings.PUSH_TIMEOUT * 4 + 30
 
 
-def _live() -> Q:
-    return Q(status=ConfigStatus.ACTIVE, deleted_at__isnull=True)
-
-
 def lease_take(*, config_pk: int, now: datetime | None = None) -> uuid.UUID | None:
     """Compare-and-set: the config becomes this job's if it is live, not leased by a live job
     and not waiting out a backoff. Returns the lease token, or None."""
     now = now or timezone.now()
     token = uuid.uuid4()
     taken = (
-        PushConfig.objects.filter(_live(), pk=config_pk)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        PushConfig.objects.live().free(now).filter(pk=config_pk)
         .update(lease_token=token, lease_until=now + timedelta(seconds=_lease_seconds()))
     )
     return token if taken else None
@@ -185,7 +169,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     None when nothing is due or the lease is no longer ours."""
     from tasks_app.models import TaskEvent
 
-    config = PushConfig.objects.select_related("task").filter(_live(), pk=config_pk, lease_token=lease_token).first()
+    config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()
     if config is None:
         return None
     event = TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq).order_by("seq").first()
@@ -247,11 +231,15 @@ def attempt_record(
     with transaction.atomic():
         config = PushConfig.objects.select_for_update().get(pk=due.config_pk)
         ours = config.lease_token == lease_token and config.status == ConfigStatus.ACTIVE and config.deleted_at is None
-        delivery = PushDelivery.objects.select_for_update().get(pk=due.delivery_pk)
         PushAttempt.objects.create(
-            delivery=delivery, started_at=started_at, status_code=status_code,
+            delivery_id=due.delivery_pk, started_at=started_at, status_code=status_code,
             latency_ms=latency_ms, error=error[:2000], jti=jti,
         )
+        if not ours:
+            # Our lease ran out (or the config was deleted or died) while we sent: the attempt
+            # is history, but the delivery and the cursor belong to whoever holds it now.
+            return Verdict("lost")
+        delivery = PushDelivery.objects.select_for_update().get(pk=due.delivery_pk)
         delivery.attempts += 1
         delivery.last_status_code = status_code
         delivery.last_error = error[:2000]
@@ -265,8 +253,6 @@ def attempt_record(
         else:
             verdict = Verdict("retry", retry_delay(delivery.attempts, retry_after))
         delivery.save(update_fields=["attempts", "last_status_code", "last_error", "state", "delivered_at"])
-        if not ours:
-            return Verdict("lost")
         if verdict.outcome == "delivered":
             config.delivered_seq = max(config.delivered_seq, due.seq)
             config.next_attempt_at = None
@@ -302,6 +288,6 @@ def deliveries_retry(*, delivery_pks: Iterable[int]) -> int:
                 status=ConfigStatus.ACTIVE, next_attempt_at=None, updated_at=timezone.now()
             )
             pk = config.pk
-            transaction.on_commit(lambda pk=pk: _enqueue(pk))
+            transaction.on_commit(lambda pk=pk: delivery_enqueue(pk))
             revived += 1
     return revived

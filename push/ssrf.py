@@ -80,7 +80,6 @@ class Refused(Exception):
 class Destination:
     """A URL that passed the guard, with the address the connection must go to."""
 
-    url: str
     scheme: str
     host: str  # as written in the URL (for Host and TLS SNI)
     port: int
@@ -205,4 +204,4 @@ def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
                 f"push notifications may not be sent to {shown}: it is {why}; only public addresses "
                 "are allowed (an operator can allow networks with OUTBOUND_ALLOW_NETS)"
             )
-    return Destination(url=url, scheme=scheme, host=host, port=port, target=target, address=addresses[0])
+    return Destination(scheme=scheme, host=host, port=port, target=target, address=addresses[0])

@@ -161,7 +161,7 @@ def _follow_up_receive(
     *, agent: Agent, principal: Principal, message: NewMessage, now: datetime,
     accepted_output_modes: list[str] | None,
 ) -> tuple[Task, Message]:
-    task = _task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
+    task = task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
     if message.context_id and message.context_id != task.context_id:
         raise InvalidParams(
             f"contextId {message.context_id!r} does not match the context of task {task.id}"
@@ -213,7 +213,9 @@ def _run_request(task: Task, now: datetime) -> None:
     task.run_claimed_at = None
 
 
-def _task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
+def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
+    """The caller's task, locked for update (call inside a transaction); TaskNotFound if it
+    does not exist or is not theirs."""
     if parse_task_id(task_id) is None:
         raise TaskNotFound(f"task {task_id!r} not found")
     task = (
@@ -230,7 +232,7 @@ def task_cancel(*, agent: Agent, principal: Principal, task_id: str, reason: str
     """Cancel at once in the store; a running executor notices on its next call or poll."""
     now = timezone.now()
     with transaction.atomic():
-        task = _task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
         if task.state in TERMINAL:
             raise TaskNotCancelable(f"task {task.id} is already {task.state}")
         _set_status(task=task, state=TaskState.CANCELED, message=None, at=now, reason=reason)

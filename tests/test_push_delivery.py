@@ -197,6 +197,27 @@ def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_ag
     assert seqs(receiver.requests) == list(range(1, Task.objects.get().last_seq + 1))
 
 
+def test_a_job_whose_lease_ran_out_logs_its_attempt_but_leaves_the_delivery_to_the_new_holder(
+        rpc, echo_agent, alice_key, receiver):
+    from django.utils import timezone
+
+    send_with_push(rpc, ECHO, alice_key, receiver.url())
+    config = PushConfig.objects.get()
+    slow = services.lease_take(config_pk=config.pk)
+    due = services.delivery_next(config_pk=config.pk, lease_token=slow)
+    PushConfig.objects.filter(pk=config.pk).update(lease_until=timezone.now())  # it ran out
+    fast = services.lease_take(config_pk=config.pk)
+    started = timezone.now()
+    assert services.attempt_record(due=due, lease_token=fast, started_at=started, status_code=200,
+                                   latency_ms=5).outcome == "delivered"
+    late = services.attempt_record(due=due, lease_token=slow, started_at=started, status_code=500,
+                                   latency_ms=9000, error="HTTP 500")
+    assert late.outcome == "lost"
+    delivered = PushDelivery.objects.get(pk=due.delivery_pk)
+    assert (delivered.state, delivered.attempts, delivered.last_status_code) == (DeliveryState.DELIVERED, 1, 200)
+    assert list(delivered.attempt_log.order_by("id").values_list("status_code", flat=True)) == [200, 500]
+
+
 def test_a_deleted_config_gets_nothing_more(rpc, echo_agent, alice_key, receiver, push_jobs):
     task = send_with_push(rpc, ECHO, alice_key, receiver.url(), id="bye")
     rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task["id"], "id": "bye"}, key=alice_key)
