@@ -42,10 +42,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 }
 
 
-def is_terminal(state: str) -> bool:
-    return state in TERMINAL
-
-
 def can_transition(current: str, new: str) -> bool:
     return new in ALLOWED.get(current, frozenset())
 

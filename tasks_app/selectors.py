@@ -32,11 +32,6 @@ def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task
     )
 
 
-def task_by_id(task_id: Any) -> Task:
-    """A task with its status message, for encoding; the caller already knows it may see it."""
-    return Task.objects.select_related("status_message").get(pk=task_id)
-
-
 def message_view(m: Message) -> MessageView:
     return MessageView(
         message_id=m.message_id,
@@ -115,7 +110,8 @@ def task_with_view(
     """A task and its view in one read (None if it does not exist, or, given `agent` and
     `principal`, is not theirs). On Postgres it is one query that has the database build the
     history and the artifacts as JSON; on SQLite, the ORM reads of `task_view`."""
-    if parse_task_id(task_id) is None:
+    pk = parse_task_id(task_id)
+    if pk is None:
         return None
     for_caller = agent is not None and principal is not None
     if not sql.available():
@@ -126,7 +122,7 @@ def task_with_view(
         if task is None:
             return None
         return task, task_view(task, history_length=history_length, include_artifacts=include_artifacts)
-    params = {"task_id": task_id}
+    params = {"task_id": pk}  # Python reads forms of a UUID ("urn:uuid:…") Postgres does not
     if for_caller:
         params.update(agent_id=agent.pk, owner=principal.name)
     statement = sql.TASK_READS[(for_caller, history_length != 0, include_artifacts)]

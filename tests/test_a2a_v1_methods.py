@@ -200,3 +200,9 @@ def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_
     task = rpc.send(ECHO, key=alice_key).result["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     assert calls["state"] >= 3 and calls["view"] == 1
+
+
+def test_a_task_id_in_another_spelling_of_its_uuid_finds_the_task(rpc, echo_agent, alice_key):
+    task = rpc.send("/agents/acme/echo/", key=alice_key).result["task"]
+    fetched = rpc("/agents/acme/echo/", "GetTask", {"id": f"urn:uuid:{task['id'].upper()}"}, key=alice_key).result
+    assert fetched["id"] == task["id"]

@@ -108,3 +108,37 @@ def test_a_hint_that_came_before_the_wait_still_tells_its_state():
 
     woken, states = run(go())
     assert woken and states and set(states) == {"working"}
+
+
+def _waiting_with_one_hint(task_id, state, **kwargs):
+    """A blocking wait that hears one hint announcing `state`; the task itself is untouched."""
+    async def scenario():
+        async with hints.watch(str(task_id)) as watch:
+            waiter = asyncio.ensure_future(wait_until_settled(
+                task_id, timeout=0.6, watch=watch, read_first=False, **kwargs))
+            await asyncio.sleep(0.05)
+            hints.publish(str(task_id), state)
+            return await waiter
+
+    return run(scenario())
+
+
+def test_a_hint_in_a_form_this_process_does_not_know_costs_a_read(waiting_task, monkeypatch, settings):
+    """E.g. from a process of another release: it must not be taken for a state that cannot settle."""
+    from tasks_app import selectors
+
+    settings.HINT_FALLBACK_POLL = 5
+    reads = []
+    real = selectors.task_state
+    monkeypatch.setattr(selectors, "task_state", lambda task_id: reads.append(time.monotonic()) or real(task_id))
+    started = time.monotonic()
+    _waiting_with_one_hint(waiting_task.pk, "1")
+    # read on the hint, not only when the wait gave up at 0.6 s (the fallback poll is 5 s)
+    assert reads and reads[0] - started < 0.4
+
+
+def test_a_follow_up_does_not_take_a_settling_hint_of_the_run_before_it_for_its_answer(waiting_task):
+    # The task is "submitted" again; a late "input-required" hint of the previous run arrives.
+    assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED) == TaskState.INPUT_REQUIRED
+    assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED,
+                                  trust_settling_hints=False) == TaskState.SUBMITTED

@@ -161,7 +161,8 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         immediate = await dbcalls.run(receive)
         if immediate is not None:
             return immediate
-        await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False)
+        await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False,
+                                 trust_settling_hints=not sent.message.task_id)
     return await dbcalls.run(_encoded_task, task_id, history_length, as_reply=True)
 
 
