@@ -37,7 +37,18 @@ def test_a_key_of_another_tenant_is_refused(rpc, echo_agent):
 def test_keys_are_stored_only_as_hashes(alice_key):
     stored = ApiKey.objects.get(principal="alice")
     assert alice_key not in (stored.key_hash, stored.prefix)
-    assert alice_key.split("_")[2] not in stored.key_hash
+    assert alice_key.split("_", 2)[2] not in stored.key_hash
+
+
+def test_a_key_whose_secret_starts_with_an_underscore_still_authenticates(rpc, echo_agent, tenant, monkeypatch):
+    """token_urlsafe may start the secret with "_", which makes "__" in the key: the parser
+    splits the prefix off at most twice, so the secret keeps its underscore."""
+    from registry import services
+
+    monkeypatch.setattr(services.secrets, "token_urlsafe", lambda n: "_" + "k" * 42)
+    _, key = services.api_key_create(tenant=tenant, name="carol", principal="carol")
+    assert "__" in key
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=key).error["code"] == -32001
 
 
 def test_a_public_agent_serves_anonymous_callers(rpc, conformance_agent):
