@@ -4,6 +4,7 @@ task, or a config of another task, is indistinguishable from one that does not e
 from __future__ import annotations
 
 import base64
+import logging
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,9 @@ from tasks_app.models import Task
 
 from .domain import PushConfigView
 from .models import PushConfig
-from .sealing import unseal
+from .sealing import Unsealable, unseal
+
+log = logging.getLogger(__name__)
 
 
 def _task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
@@ -33,10 +36,20 @@ def config_view(config: PushConfig) -> PushConfigView:
         config_id=config.config_id,
         task_id=str(config.task_id),
         url=config.url,
-        token=unseal(config.token_sealed),
+        token=_unsealed_or_blank(config, config.token_sealed, "token"),
         auth_scheme=config.auth_scheme,
-        auth_credentials=unseal(config.credentials_sealed),
+        auth_credentials=_unsealed_or_blank(config, config.credentials_sealed, "credentials"),
     )
+
+
+def _unsealed_or_blank(config: PushConfig, sealed: str, what: str) -> str:
+    # A secret sealed under a key the operator has since dropped is gone; the config is still
+    # the caller's to read and delete.
+    try:
+        return unseal(sealed)
+    except Unsealable:
+        log.warning("push config %s: its %s cannot be decrypted with PUSH_CREDENTIALS_KEY; shown blank", config.pk, what)
+        return ""
 
 
 def config_for_caller(*, agent: Agent, principal: Principal, task_id: str, config_id: str) -> PushConfigView:

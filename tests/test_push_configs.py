@@ -141,6 +141,18 @@ def test_credentials_and_token_are_not_readable_in_the_database(rpc, alice_key, 
     assert sealed.startswith("gAAAAA")  # a Fernet token
 
 
+def test_a_config_whose_secrets_no_configured_key_opens_is_still_read_and_deleted(rpc, alice_key, task_id,
+                                                                                 settings, caplog):
+    from cryptography.fernet import Fernet
+
+    create(rpc, alice_key, task_id, id="old", token="t0ken", authentication={"scheme": "Bearer", "credentials": "c"})
+    settings.PUSH_CREDENTIALS_KEY = [Fernet.generate_key().decode()]  # the sealing key was dropped
+    got = rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "old"}, key=alice_key).result
+    assert got == {"id": "old", "taskId": task_id, "url": HOOK, "authentication": {"scheme": "Bearer"}}
+    assert "cannot be decrypted" in caplog.text
+    assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "old"}, key=alice_key).result == {}
+
+
 def test_a_config_wants_the_events_from_its_creation_on_and_marks_the_task(rpc, alice_key, task_id, push_jobs):
     assert not Task.objects.get(pk=task_id).has_push_configs
     create(rpc, alice_key, task_id, id="late")
