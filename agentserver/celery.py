@@ -5,7 +5,18 @@ from celery import Celery
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
 
 app = Celery("agentserver")
-app.config_from_object("django.conf:settings", namespace="CELERY")
+
+
+def _settings() -> dict:
+    """Django's CELERY_* settings, read once. Celery looks settings up several times per
+    published message; through `django.conf.settings` with a namespace each lookup tries the
+    prefixed and the bare key on every map, each miss an exception (~15 % of a publish)."""
+    from django.conf import settings
+
+    return {name[len("CELERY_"):].lower(): getattr(settings, name) for name in dir(settings) if name.startswith("CELERY_")}
+
+
+app.config_from_object(_settings())
 app.autodiscover_tasks()
 
 # Celery's Django fixup closes every database connection (and, in prefork children, the

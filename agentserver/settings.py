@@ -79,6 +79,12 @@ if EMBEDDED:
 else:
     DATABASES = {"default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/agentserver")}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Only the hot path's fixed statements (tasks_app.sql, on server-bound cursors) are
+    # prepared; Django's own queries bind on the client and never are. Turn it off
+    # (DB_PREPARE=0) behind a transaction pooler that cannot carry prepared statements.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        1 if env.bool("DB_PREPARE", default=True) else None
+    )
     if env.bool("DB_POOL", default=True):
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("DB_POOL_MIN", default=2),
@@ -92,6 +98,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = "" if EMBEDDED else env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
+if CELERY_BROKER_URL.startswith("redis://"):  # see agentserver/broker.py
+    CELERY_BROKER_TRANSPORT = "agentserver.broker:Transport"
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="agentserver")
 CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_EAGER_PROPAGATES = False
@@ -107,11 +115,15 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 
 # A runaway executor is stopped by the soft limit (its task becomes `failed` with a reason);
-# the hard limit kills the child. Both stay far below Redis' visibility timeout so an
-# acks_late message is never redelivered while its first run is still alive.
+# the hard limit kills the child.
 AGENT_SOFT_TIME_LIMIT = env.int("AGENT_SOFT_TIME_LIMIT", default=120)
 AGENT_TIME_LIMIT = env.int("AGENT_TIME_LIMIT", default=AGENT_SOFT_TIME_LIMIT + 15)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": max(3600, AGENT_TIME_LIMIT * 4)}
+# The broker is a doorbell, Postgres the ledger: every run and push delivery is committed
+# before its message is sent, and the sweepers send again what no worker claimed or finished.
+# So kombu's ack emulation on Redis (two MULTI/EXEC per message, a third of the worker's main
+# process under load) buys nothing here; without it, prefetched messages are still put back
+# at a warm shutdown, and a worker that dies loses only messages the sweepers resend.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
 
 # Work committed but not claimed after this long is enqueued again by the sweeper.
 SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)

@@ -102,6 +102,24 @@ class TaskView:
 
 
 @dataclass(frozen=True)
+class NewArtifact:
+    """An artifact as an agent reports it: whole, or (append=True) a chunk of the one with
+    this id."""
+
+    artifact_id: str
+    parts: list[Part]
+    name: str = ""
+    description: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    append: bool = False
+    last_chunk: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "append" if self.append else "replace"
+
+
+@dataclass(frozen=True)
 class RunInputs:
     """What a claimed run gives its executor: the task's ids, its agent's executor and
     settings, and the whole history."""

@@ -45,13 +45,15 @@ def _redis() -> redis.Redis | None:
     return _sync_client
 
 
-def publish(task_id: str, state: str = "") -> None:
+def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
     """Tell every process that `task_id` changed (and, as a hint, to which state).
-    Call only after the change committed."""
+    Call only after the change committed. `local_only` is for a task just created: no other
+    process can know its id yet, let alone watch it, so the PUBLISH would only cost every
+    listener a message to drop."""
     task_id = str(task_id)
     for listener in list(_listeners):
         listener.wake_threadsafe(task_id, state)
-    client = _redis()
+    client = None if local_only else _redis()
     if client is not None:
         try:
             client.publish(CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())

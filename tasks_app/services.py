@@ -8,6 +8,7 @@ the wake-up hint and enqueue work. No network I/O and no agent code run inside.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from registry.models import Agent
 from registry.selectors import Principal
 
 from . import hints, sql
-from .domain import MessageView, NewMessage, RunInputs, parse_task_id
+from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
@@ -26,11 +27,13 @@ from .parts import Part
 from .selectors import message_view, run_inputs
 
 # For each state, the states a task may be in to move to it (the state machine, inverted):
-# the single-statement writes check it in their WHERE clause.
-_SOURCES: dict[str, list[str]] = {
-    new: sorted(current for current, allowed in ALLOWED.items() if new in allowed) for new in TaskState.values
+# the single-statement writes check it in their WHERE clause, bound as one text[] value.
+_SOURCES: dict[str, str] = {
+    new: sql.text_array(sorted(current for current, allowed in ALLOWED.items() if new in allowed))
+    for new in TaskState.values
 }
-_OPEN = sorted(set(TaskState.values) - TERMINAL)
+_OPEN = sql.text_array(sorted(set(TaskState.values) - TERMINAL))
+_TERMINAL = sql.text_array(sorted(TERMINAL))
 
 
 def _status_payload(
@@ -50,9 +53,20 @@ def _event_append(*, task: Task, kind: str, payload: dict[str, Any]) -> TaskEven
     return TaskEvent.objects.create(task=task, seq=task.last_seq, kind=kind, payload=payload)
 
 
-def _after_commit(task: Task) -> None:
+@dataclass(frozen=True)
+class _Written:
+    """A task as a one-statement run write left it (`sql.WRITTEN_COLUMNS`): what the
+    after-commit hook needs."""
+
+    pk: uuid.UUID
+    state: str
+    last_seq: int
+    has_push_configs: bool
+
+
+def _after_commit(task: Task | _Written, *, created: bool = False) -> None:
     task_id, state = str(task.pk), str(task.state)
-    transaction.on_commit(lambda: hints.publish(task_id, state))
+    transaction.on_commit(lambda: hints.publish(task_id, state, local_only=created))
     if task.has_push_configs:  # read under the row lock; tasks without push pay nothing
         from push.tasks import enqueue_for_task  # push builds on the task store; import late
 
@@ -68,19 +82,17 @@ def _enqueue_run(task: Task) -> None:
     transaction.on_commit(lambda: enqueue_run(task_id=task_id, run_token=token))
 
 
+def _message_fields(message: NewMessage, context_id: str) -> dict[str, Any]:
+    return {
+        "message_id": message.message_id, "context_id": context_id, "role": message.role, "parts": message.parts,
+        "metadata": message.metadata, "extensions": message.extensions,
+        "reference_task_ids": message.reference_task_ids, "command": message.command,
+        "command_params": message.command_params,
+    }
+
+
 def _message_store(*, task: Task, message: NewMessage, context_id: str) -> Message:
-    return Message.objects.create(
-        task=task,
-        message_id=message.message_id,
-        context_id=context_id,
-        role=message.role,
-        parts=message.parts,
-        metadata=message.metadata,
-        extensions=message.extensions,
-        reference_task_ids=message.reference_task_ids,
-        command=message.command,
-        command_params=message.command_params,
-    )
+    return Message.objects.create(task=task, **_message_fields(message, context_id))
 
 
 def _set_status(
@@ -144,7 +156,7 @@ def message_receive(
     if sql.available():
         # One statement, so one transaction of its own (or part of the caller's).
         stored = _task_insert_in_one_statement(task, message, payload, now)
-        _after_commit(task)
+        _after_commit(task, created=True)
         _enqueue_run(task)
         return task, stored
     with transaction.atomic():
@@ -152,7 +164,7 @@ def message_receive(
         stored = _message_store(task=task, message=message, context_id=task.context_id)
         StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
         TaskEvent.objects.create(task=task, seq=1, kind=EventKind.STATUS, payload=payload)
-        _after_commit(task)
+        _after_commit(task, created=True)
         _enqueue_run(task)
     return task, stored
 
@@ -195,12 +207,7 @@ def _task_insert_in_one_statement(task: Task, message: NewMessage, payload: dict
     })
     task._state.adding = False
     task._state.db = DEFAULT_DB_ALIAS
-    stored = Message(
-        id=message_pk, task=task, message_id=message.message_id, context_id=task.context_id, role=message.role,
-        parts=message.parts, metadata=message.metadata, extensions=message.extensions,
-        reference_task_ids=message.reference_task_ids, command=message.command,
-        command_params=message.command_params, created_at=now,
-    )
+    stored = Message(id=message_pk, task=task, created_at=now, **_message_fields(message, task.context_id))
     stored._state.adding = False
     stored._state.db = DEFAULT_DB_ALIAS
     return stored
@@ -259,7 +266,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
     if sql.available():
         # One statement: the compare-and-set and the read of the agent and the history.
         rows = sql.execute(sql.RUN_START, {
-            "task_id": task_id, "run_token": run_token, "now": timezone.now(), "terminal": sorted(TERMINAL),
+            "task_id": task_id, "run_token": run_token, "now": timezone.now(), "terminal": _TERMINAL,
         })
         if not rows:
             return None
@@ -283,7 +290,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
 
 
 def _run_write_in_one_statement(statement: str, params: dict[str, Any], *, task_id: Any, run_token: Any,
-                                from_states: list[str]) -> Task | None:
+                                from_states: str) -> _Written | None:
     """Run one of the single-statement writes of `sql`; the task as written, or None when the
     guard failed (or the ids are not UUIDs) and the caller must take the locked ORM path."""
     if not sql.available():
@@ -292,8 +299,10 @@ def _run_write_in_one_statement(statement: str, params: dict[str, Any], *, task_
     token = parse_task_id(run_token) if run_token is not None else None
     if pk is None or (run_token is not None and token is None):
         return None
-    rows = sql.execute(statement, {**params, "task_id": pk, "run_token": token, "from_states": from_states})
-    return sql.task_from_row(rows[0]) if rows else None
+    rows = sql.execute(statement, {
+        **params, "task_id": pk, "run_token": token, "from_states": from_states,
+    })
+    return _Written(*rows[0]) if rows else None
 
 
 def _locked_for_run(task_id: Any, run_token: Any) -> Task:
@@ -326,8 +335,10 @@ def task_transition(
     reason: str = "",
     failure: str = Failure.NONE,
     run_token: Any = None,
+    artifact: NewArtifact | None = None,
 ) -> None:
-    """Move a task to `state`, with an optional agent message as the status message."""
+    """Move a task to `state`, with an optional agent message as the status message; with
+    `artifact`, record that artifact first, in the same transaction (two events)."""
     now = timezone.now()
     message = None
     if parts:
@@ -342,9 +353,11 @@ def task_transition(
     if message:
         params.update(message_id=message["message_id"], role=Role.AGENT, parts=sql.dumps(parts),
                       message_metadata=sql.dumps({}))
+    if artifact is not None:
+        params.update(_artifact_params(artifact))
     task = _run_write_in_one_statement(
-        sql.TRANSITION_WITH_MESSAGE if message else sql.TRANSITION, params,
-        task_id=task_id, run_token=run_token, from_states=_SOURCES.get(state, []),
+        sql.RUN_WRITES[True, bool(message), artifact and artifact.mode], params,
+        task_id=task_id, run_token=run_token, from_states=_SOURCES.get(state, "{}"),
     )
     if task is not None:
         _after_commit(task)
@@ -354,6 +367,8 @@ def task_transition(
         task = _locked_for_run(task_id, run_token)
         if not can_transition(task.state, state):
             raise InvalidTransition(f"{task.state} -> {state} is not allowed")
+        if artifact is not None:
+            _artifact_store(task, artifact)
         message = _agent_message(task, parts) if parts else None
         _set_status(task=task, state=state, message=message, at=now, reason=reason)
         task.failure = failure
@@ -391,57 +406,69 @@ def artifact_append(
     run_token: Any = None,
 ) -> str:
     """Add an artifact, or (append=True) add parts to an existing one. Returns its id."""
-    artifact_id = artifact_id or str(uuid.uuid4())
-    now = timezone.now()
-    payload = {
-        "artifact": {
-            "artifact_id": artifact_id, "name": name, "description": description,
-            "parts": parts, "metadata": metadata or {}, "extensions": [],
-        },
-        "append": append,
-        "last_chunk": last_chunk,
-    }
+    artifact = NewArtifact(
+        artifact_id=artifact_id or str(uuid.uuid4()), parts=parts, name=name, description=description,
+        metadata=metadata or {}, append=append, last_chunk=last_chunk,
+    )
     task = _run_write_in_one_statement(
-        sql.ARTIFACT_APPEND if append else sql.ARTIFACT_REPLACE,
-        {
-            "now": now, "artifact_id": artifact_id, "name": name, "description": description,
-            "parts": sql.dumps(parts), "metadata": sql.dumps(metadata or {}), "complete": last_chunk,
-            "kind": EventKind.ARTIFACT, "payload": sql.dumps(payload),
-        },
+        sql.RUN_WRITES[False, False, artifact.mode], {"now": timezone.now(), **_artifact_params(artifact)},
         task_id=task_id, run_token=run_token, from_states=_OPEN,
     )
     if task is not None:
         _after_commit(task)
-        return artifact_id
+        return artifact.artifact_id
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
-        if append:
-            artifact = Artifact.objects.filter(task=task, artifact_id=artifact_id).first()
-            if artifact is None:
-                artifact = Artifact.objects.create(
-                    task=task, artifact_id=artifact_id, name=name, description=description,
-                    parts=parts, metadata=metadata or {}, complete=last_chunk,
-                )
-            else:
-                artifact.parts = [*artifact.parts, *parts]
-                artifact.complete = last_chunk
-                artifact.save(update_fields=["parts", "complete", "updated_at"])
-        else:
-            # Not a chunk: the artifact is (re)placed whole, in one INSERT … ON CONFLICT.
-            artifact = Artifact(
-                task=task, artifact_id=artifact_id, name=name, description=description,
-                parts=parts, metadata=metadata or {}, complete=last_chunk,
-            )
-            Artifact.objects.bulk_create(
-                [artifact], update_conflicts=True, unique_fields=["task", "artifact_id"],
-                update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
-            )
-        # The event names the artifact as stored: a chunk keeps the name of its first chunk.
-        payload["artifact"].update(name=artifact.name, description=artifact.description)
-        _event_append(task=task, kind=EventKind.ARTIFACT, payload=payload)
+        _artifact_store(task, artifact)
         task.save(update_fields=["last_seq", "updated_at"])
         _after_commit(task)
-    return artifact_id
+    return artifact.artifact_id
+
+
+def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dict[str, Any]:
+    return {
+        "artifact": {
+            "artifact_id": artifact.artifact_id, "name": name, "description": description,
+            "parts": artifact.parts, "metadata": artifact.metadata, "extensions": [],
+        },
+        "append": artifact.append,
+        "last_chunk": artifact.last_chunk,
+    }
+
+
+def _artifact_params(artifact: NewArtifact) -> dict[str, Any]:
+    """The artifact's parameters of `sql.run_write` (which puts the stored name in the event)."""
+    return {
+        "artifact_id": artifact.artifact_id, "name": artifact.name, "description": artifact.description,
+        "artifact_parts": sql.dumps(artifact.parts), "artifact_metadata": sql.dumps(artifact.metadata),
+        "complete": artifact.last_chunk, "artifact_kind": EventKind.ARTIFACT,
+        "artifact_payload": sql.dumps(_artifact_payload(artifact, artifact.name, artifact.description)),
+    }
+
+
+def _artifact_store(task: Task, artifact: NewArtifact) -> None:
+    """Store an artifact (or a chunk) and its event on a locked task (the caller saves the task)."""
+    stored = None
+    if artifact.append:
+        stored = Artifact.objects.filter(task=task, artifact_id=artifact.artifact_id).first()
+        if stored is not None:
+            stored.parts = [*stored.parts, *artifact.parts]
+            stored.complete = artifact.last_chunk
+            stored.save(update_fields=["parts", "complete", "updated_at"])
+    if stored is None:
+        # A whole artifact (or the first chunk) is (re)placed in one INSERT … ON CONFLICT.
+        stored = Artifact(
+            task=task, artifact_id=artifact.artifact_id, name=artifact.name, description=artifact.description,
+            parts=artifact.parts, metadata=artifact.metadata, complete=artifact.last_chunk,
+        )
+        Artifact.objects.bulk_create(
+            [stored], update_conflicts=True, unique_fields=["task", "artifact_id"],
+            update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
+        )
+    # The event names the artifact as stored: a chunk keeps the name of its first chunk.
+    _event_append(
+        task=task, kind=EventKind.ARTIFACT, payload=_artifact_payload(artifact, stored.name, stored.description)
+    )
 
 
 def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) -> bool:

@@ -48,7 +48,7 @@ def test_a_waiter_wakes_on_the_hint_well_before_the_fallback_poll(waiting_task, 
 
 def test_a_lost_hint_costs_at_most_one_poll_interval(waiting_task, settings, monkeypatch):
     settings.HINT_FALLBACK_POLL = 0.5
-    monkeypatch.setattr(hints, "publish", lambda task_id, state="": None)  # every hint is lost
+    monkeypatch.setattr(hints, "publish", lambda task_id, state="", **_: None)  # every hint is lost
 
     async def scenario():
         started = time.monotonic()
@@ -142,3 +142,24 @@ def test_a_follow_up_does_not_take_a_settling_hint_of_the_run_before_it_for_its_
     assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED) == TaskState.INPUT_REQUIRED
     assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED,
                                   trust_settling_hints=False) == TaskState.SUBMITTED
+
+
+def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo_agent, monkeypatch, settings):
+    import redis
+
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe(hints.CHANNEL_PREFIX + "*")
+    try:
+        pubsub.get_message(timeout=1)  # the subscription's confirmation
+        task = receive(echo_agent)
+        services.task_transition(task_id=task.pk, state=TaskState.WORKING)
+        received = []
+        while (message := pubsub.get_message(timeout=1)) is not None:
+            received.append((message["channel"].decode(), message["data"].decode().partition("|")[0]))
+    finally:
+        pubsub.close()
+    # Nobody elsewhere can know the new task's id yet; once it is out, its changes go to all.
+    assert [r for r in received if r[0].endswith(str(task.pk))] == [(hints.CHANNEL_PREFIX + str(task.pk), "working")]

@@ -31,7 +31,7 @@ def test_get_task_reads_the_task_its_history_and_its_artifacts_in_one_query(
     assert fetched["artifacts"]
 
 
-def test_a_run_of_the_echo_agent_costs_three_statements(echo_agent, monkeypatch, django_assert_num_queries):
+def test_a_run_of_the_echo_agent_costs_two_statements(echo_agent, monkeypatch, django_assert_num_queries):
     from registry.selectors import Principal
     from tasks_app import runner, services, tasks
     from tasks_app.domain import NewMessage
@@ -39,6 +39,17 @@ def test_a_run_of_the_echo_agent_costs_three_statements(echo_agent, monkeypatch,
     monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
     task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
-    # The claim with the inputs, the artifact, the completion: one statement each.
-    with django_assert_num_queries(3):
+    # The claim with the inputs; the artifact and the completion together.
+    with django_assert_num_queries(2):
         assert runner.run(task_id=task.pk, run_token=task.run_token) == "done"
+
+
+def test_a_blocking_send_message_to_the_echo_agent_costs_six_statements_end_to_end(
+    rpc, echo_agent, alice_key, django_assert_num_queries
+):
+    # In-process the run happens right after commit on the same connection, so this counts the
+    # web's and the worker's statements together: agent + key lookups, the new task, the claim
+    # with the inputs, the answer with the completion, and the final read.
+    with django_assert_num_queries(6):
+        task = rpc.send("/agents/acme/echo/", key=alice_key).result["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED" and task["artifacts"]

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from registry.selectors import Principal
 from tasks_app import services
-from tasks_app.domain import NewMessage
+from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.errors import InvalidTransition, TaskClosed, TaskNotCancelable
 from tasks_app.lifecycle import TaskState
 from tasks_app.models import Task, TaskEvent
@@ -82,9 +82,52 @@ def test_events_carry_the_whole_change_as_readers_see_it(echo_agent, no_enqueue)
     assert task.status_changes.last().message == task.status_message
 
 
+def test_an_artifact_sent_whole_again_replaces_the_stored_one_name_and_all(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.artifact_append(task_id=task.pk, artifact_id="a", name="draft", description="first try",
+                             parts=[{"type": "text", "text": "1"}])
+    services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "2"}])
+    artifact = task.artifacts.get()
+    # A2A: an artifact update without `append` replaces the artifact with that id, as sent.
+    assert (artifact.name, artifact.description, artifact.parts) == ("", "", [{"type": "text", "text": "2"}])
+    event = TaskEvent.objects.get(task=task, seq=3).payload["artifact"]
+    assert (event["name"], event["description"]) == ("", "")
+
+
+def test_completing_with_an_artifact_writes_both_events_in_order_in_one_transaction(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.artifact_append(task_id=task.pk, artifact_id="a", name="first", parts=[{"type": "text", "text": "1"}])
+    services.task_transition(
+        task_id=task.pk, state=TaskState.COMPLETED, parts=[{"type": "text", "text": "done"}], run_token=task.run_token,
+        artifact=NewArtifact(artifact_id="a", name="ignored", parts=[{"type": "text", "text": "2"}], append=True,
+                             last_chunk=True),
+    )
+    chunk, done = (e.payload for e in TaskEvent.objects.filter(task=task, seq__gt=2).order_by("seq"))
+    assert chunk["artifact"]["name"] == "first" and chunk["last_chunk"] and chunk["append"]
+    assert chunk["artifact"]["parts"] == [{"type": "text", "text": "2"}]
+    assert done["state"] == "completed" and done["message"]["context_id"] == task.context_id
+    task.refresh_from_db()
+    assert task.state == TaskState.COMPLETED and task.last_seq == 4
+    artifact = task.artifacts.get()
+    assert [p["text"] for p in artifact.parts] == ["1", "2"] and artifact.complete
+
+
+def test_completing_with_an_artifact_writes_nothing_when_the_task_is_closed(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
+    with pytest.raises(TaskClosed):
+        services.task_transition(
+            task_id=task.pk, state=TaskState.COMPLETED, run_token=task.run_token,
+            artifact=NewArtifact(artifact_id="a", parts=[{"type": "text", "text": "late"}], last_chunk=True),
+        )
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELED and not task.artifacts.exists()
+    assert task.last_seq == TaskEvent.objects.filter(task=task).count() == 2
+
+
 def test_the_after_commit_hook_gets_the_task_as_written(echo_agent, no_enqueue, monkeypatch):
     seen = []
-    monkeypatch.setattr(services, "_after_commit", lambda task: seen.append((task.pk, task.state, task.last_seq)))
+    monkeypatch.setattr(services, "_after_commit", lambda task, **_: seen.append((task.pk, task.state, task.last_seq)))
     task = receive(echo_agent)
     services.task_transition(task_id=str(task.pk), state=TaskState.WORKING)
     services.artifact_append(task_id=task.pk, parts=[{"type": "text", "text": "1"}])

@@ -231,7 +231,7 @@ def test_two_subscribers_each_get_every_event_in_order_from_one_read_per_wake_up
 
 def test_a_lost_hint_still_delivers_the_event_within_one_heartbeat(held_task, alice_key, settings, monkeypatch):
     settings.SSE_HEARTBEAT = 0.3
-    monkeypatch.setattr(hints, "publish", lambda task_id, state="": None)  # every hint is lost
+    monkeypatch.setattr(hints, "publish", lambda task_id, state="", **_: None)  # every hint is lost
 
     async def scenario():
         call = subscribe(held_task, alice_key)

@@ -4,12 +4,13 @@ so each one is persisted, logged as an event and visible to readers before it re
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from .. import parts as P
 from .. import selectors, services
-from ..domain import MessageView
+from ..domain import MessageView, NewArtifact
 from ..errors import TaskClosed
 from ..lifecycle import SETTLED, TERMINAL, Role, TaskState
 
@@ -43,9 +44,10 @@ class AgentContext:
         state = selectors.task_state(self.task_id)
         return state is None or state in TERMINAL
 
-    def _move(self, state: str, content: Content, reason: str = "") -> None:
+    def _move(self, state: str, content: Content, reason: str = "", artifact: NewArtifact | None = None) -> None:
         services.task_transition(
-            task_id=self.task_id, state=state, parts=P.coerce(content), reason=reason, run_token=self.run_token
+            task_id=self.task_id, state=state, parts=P.coerce(content), reason=reason, run_token=self.run_token,
+            artifact=artifact,
         )
         self.settled = state in SETTLED
 
@@ -76,8 +78,20 @@ class AgentContext:
     def require_auth(self, msg: Content) -> None:
         self._move(TaskState.AUTH_REQUIRED, msg)
 
-    def complete(self, msg: Content = None) -> None:
-        self._move(TaskState.COMPLETED, msg)
+    def complete(
+        self, msg: Content = None, *, artifact: Content = None, name: str = "", artifact_id: str | None = None,
+        append: bool = False,
+    ) -> None:
+        """Complete the task. With `artifact`, first add it (as `artifact()` would, as its
+        last chunk) in the same transaction: the answer and the completion become visible
+        together, and the worker writes once instead of twice."""
+        result = None
+        if artifact is not None:
+            result = NewArtifact(
+                artifact_id=artifact_id or str(uuid.uuid4()), parts=P.coerce(artifact), name=name,
+                append=append, last_chunk=True,
+            )
+        self._move(TaskState.COMPLETED, msg, artifact=result)
 
     def fail(self, msg: Content) -> None:
         self._move(TaskState.FAILED, msg)

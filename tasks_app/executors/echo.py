@@ -28,11 +28,12 @@ class EchoExecutor(Executor):
         if chunks > 1:
             ctx.working()
         artifact_id = f"echo-{ctx.task_id}"
-        for i in range(chunks):
+        text = "echo: " + ctx.text
+        for i in range(chunks - 1):
             if delay:
                 time.sleep(delay)
-            ctx.artifact(
-                "echo: " + ctx.text, artifact_id=artifact_id, name="echo",
-                append=i > 0, last_chunk=i == chunks - 1,
-            )
-        ctx.complete()
+            ctx.artifact(text, artifact_id=artifact_id, name="echo", append=i > 0)
+        if delay:
+            time.sleep(delay)
+        # The last chunk and the completion in one write.
+        ctx.complete(artifact=text, artifact_id=artifact_id, name="echo", append=chunks > 1)
