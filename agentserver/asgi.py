@@ -67,3 +67,10 @@ async def http_router(scope, receive, send):
 
 
 application = ProtocolTypeRouter({"http": http_router})
+
+
+# Last, once everything a request needs is imported: see agentserver/runtime.py.
+from agentserver import runtime  # noqa: E402
+
+runtime.cache_twisted_content_type()
+runtime.tune_gc()

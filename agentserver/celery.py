@@ -1,6 +1,6 @@
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
 
@@ -24,3 +24,12 @@ app.autodiscover_tasks()
 # sessions. A worker child is single-threaded: let it keep its connection for this many
 # tasks (Celery then recycles it), which is what the fixup's DB_REUSE_MAX is for.
 app.conf.CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "500"))
+
+
+@signals.worker_init.connect
+@signals.worker_process_init.connect
+def _tune_gc(**_: object) -> None:
+    # The main process once started, and each prefork child once forked: agentserver/runtime.py.
+    from agentserver import runtime
+
+    runtime.tune_gc()

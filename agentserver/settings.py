@@ -142,6 +142,10 @@ SSE_HEARTBEAT = env.float("SSE_HEARTBEAT", default=15.0)
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)
+# Web and worker processes freeze what they loaded at start out of the garbage collector's
+# reach and collect the young generation after this many allocations (Python's default is
+# 700; 0 keeps it): see agentserver/runtime.py.
+GC_GEN0_THRESHOLD = env.int("GC_GEN0_THRESHOLD", default=20000)
 # Agents and API keys found by protocol requests are cached in-process this long (seconds);
 # a revoked key or a changed agent takes effect within it. 0 = no cache.
 AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)

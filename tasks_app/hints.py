@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import uuid
 import weakref
@@ -30,6 +31,10 @@ _ORIGIN = uuid.uuid4().hex[:12]
 
 _sync_client: redis.Redis | None = None
 _sync_lock = threading.Lock()
+# Each thread publishes on a connection of its own, outside the client's pool: a PUBLISH
+# through redis.Redis (pool checkout, retry wrapper, health checks) cost ~115 us of CPU, on
+# the bare connection ~35 us, and a worker publishes twice per run.
+_local = threading.local()
 
 
 def _redis() -> redis.Redis | None:
@@ -45,6 +50,32 @@ def _redis() -> redis.Redis | None:
     return _sync_client
 
 
+def _connection() -> redis.connection.AbstractConnection | None:
+    """This thread's publishing connection (a new one after a fork: never share a socket)."""
+    pid = os.getpid()
+    owned = getattr(_local, "owned", None)
+    if owned is None or owned[0] != pid:
+        client = _redis()
+        if client is None:
+            return None
+        owned = _local.owned = (pid, client.connection_pool.make_connection())
+    return owned[1]
+
+
+def _send(connection: redis.connection.AbstractConnection, channel: str, data: bytes) -> None:
+    # A connection that went stale (Redis restarted, idle timeout) fails once; the retry
+    # connects afresh, as the client's own retry would.
+    for attempt in (1, 2):
+        try:
+            connection.send_command("PUBLISH", channel, data)
+            connection.read_response()
+            return
+        except (redis.ConnectionError, redis.TimeoutError):
+            connection.disconnect()
+            if attempt == 2:
+                raise
+
+
 def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
     """Tell every process that `task_id` changed (and, as a hint, to which state).
     Call only after the change committed. `local_only` is for a task just created: no other
@@ -53,10 +84,10 @@ def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
     task_id = str(task_id)
     for listener in list(_listeners):
         listener.wake_threadsafe(task_id, state)
-    client = None if local_only else _redis()
-    if client is not None:
+    connection = None if local_only else _connection()
+    if connection is not None:
         try:
-            client.publish(CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
+            _send(connection, CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
         except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
             log.warning("hint for task %s not published: %s", task_id, exc)
 

@@ -163,3 +163,52 @@ def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo
         pubsub.close()
     # Nobody elsewhere can know the new task's id yet; once it is out, its changes go to all.
     assert [r for r in received if r[0].endswith(str(task.pk))] == [(hints.CHANNEL_PREFIX + str(task.pk), "working")]
+
+
+@pytest.fixture
+def subscriber(settings):
+    import redis
+
+    pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    pubsub.psubscribe(hints.CHANNEL_PREFIX + "*")
+    pubsub.get_message(timeout=1)  # the subscription's confirmation
+    yield pubsub
+    pubsub.close()
+
+
+def _hints_heard(pubsub) -> list[tuple[str, str]]:
+    heard = []
+    while (message := pubsub.get_message(timeout=0.5)) is not None:
+        heard.append((message["channel"].decode()[len(hints.CHANNEL_PREFIX):], message["data"].decode().partition("|")[0]))
+    return heard
+
+
+def test_a_hint_goes_out_even_when_redis_dropped_the_publishing_connection(subscriber, settings):
+    import redis
+
+    hints.publish("t-1", "working")
+    connection = hints._connection()
+    connection.send_command("CLIENT", "ID")
+    redis.Redis.from_url(settings.REDIS_URL).client_kill_filter(_id=connection.read_response())
+    hints.publish("t-1", "completed")
+    assert _hints_heard(subscriber) == [("t-1", "working"), ("t-1", "completed")]
+
+
+def test_a_forked_process_publishes_on_a_connection_of_its_own(subscriber, monkeypatch):
+    import os
+
+    parents = hints._connection()
+    monkeypatch.setattr(os, "getpid", lambda: -1)
+    hints.publish("t-2", "working")
+    assert hints._connection() is not parents
+    assert _hints_heard(subscriber) == [("t-2", "working")]
+
+
+def test_a_publishing_thread_uses_its_own_connection():
+    import threading
+
+    theirs = []
+    thread = threading.Thread(target=lambda: theirs.append(hints._connection()))
+    thread.start()
+    thread.join()
+    assert theirs[0] is not hints._connection()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import re
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -40,6 +41,7 @@ _ROLE_TO_WIRE = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
 
 # --- fields ----------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=256)  # called with our own field names, a fixed set
 def _snake(camel: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
 
