@@ -147,7 +147,7 @@ if ((EMBEDDED == 0)); then
   # -B runs beat (the sweeper) inside the worker: one process less for dev.
   # Its schedule file goes to .run/ rather than the repo root.
   start_bg worker "$RUN_DIR/worker.log" \
-    "$VENV/bin/celery" -A agentserver worker -B -l info --concurrency 2 \
+    "$VENV/bin/celery" -A agentserver worker -B -l info \
     -s "$RUN_DIR/celerybeat-schedule"
 fi
 

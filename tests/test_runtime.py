@@ -55,3 +55,20 @@ def test_a_zero_threshold_keeps_pythons_own(settings, gc_restored):
     before = gc.get_threshold()
     runtime.tune_gc()
     assert gc.get_threshold() == before
+
+
+def test_each_prefork_child_tunes_its_collector_once_forked(settings, gc_restored):
+    from celery import signals
+
+    import agentserver.celery  # noqa: F401 - connects the receivers
+
+    settings.GC_GEN0_THRESHOLD = 23456
+    signals.worker_process_init.send(sender=None)
+    assert gc.get_freeze_count() > 0
+    assert gc.get_threshold()[0] == 23456
+
+
+def test_a_worker_runs_four_children_unless_told_otherwise():
+    from agentserver.celery import app
+
+    assert app.conf.worker_concurrency == 4
