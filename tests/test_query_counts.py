@@ -53,3 +53,26 @@ def test_a_blocking_send_message_to_the_echo_agent_costs_six_statements_end_to_e
     with django_assert_num_queries(6):
         task = rpc.send("/agents/acme/echo/", key=alice_key).result["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED" and task["artifacts"]
+
+
+
+def test_pushing_a_task_s_events_costs_fifteen_statements_an_event_and_six_a_job(
+    rpc, echo_agent, alice_key, receiver, push_jobs, django_assert_num_queries
+):
+    from push import delivery, signing
+
+    inline = {"url": receiver.url()}
+    rpc.send("/agents/acme/echo/", key=alice_key, configuration={"taskPushNotificationConfig": inline})
+    config_pk, _ = push_jobs[0]
+    push_jobs.clear()
+    signing.key_for_signing()  # the first signature of a fresh install also makes the key
+    events = 3  # submitted, the artifact, completed
+    # Per job: take the lease; after the last event one more look (renew, config, no event);
+    # release the lease; check that nothing came in meanwhile.
+    # Per event: renew the lease; the config; the next event; its delivery row, looked up and
+    # made (BEGIN, INSERT, COMMIT); the signing key; then the attempt under the config's row
+    # lock (BEGIN, lock the config, log the attempt, lock and save the delivery, save the
+    # config, COMMIT). Django counts BEGIN and COMMIT as statements.
+    with django_assert_num_queries(6 + 15 * events):
+        assert delivery.run(config_pk=config_pk) == "idle"
+    assert [r.seq for r in receiver.requests] == list(range(1, events + 1))
