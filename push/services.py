@@ -147,7 +147,7 @@ class Due:
     """The next event one config is owed, ready to send (signing happens per attempt)."""
 
     config_pk: int
-    delivery_pk: int
+    event_pk: int
     task_id: str
     context_id: str
     seq: int
@@ -165,8 +165,8 @@ class Due:
 
 
 def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
-    """The oldest event after the config's cursor, with its delivery row (made on first need);
-    None when nothing is due or the lease is no longer ours.
+    """The oldest event after the config's cursor and how often it was tried already; None
+    when nothing is due or the lease is no longer ours.
 
     Each call renews the lease: a lease outlasts one attempt by far (`outbound.post` bounds
     it), but a batch of slow attempts could outlast it, and then a second job would send
@@ -182,10 +182,12 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     event = TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq).order_by("seq").first()
     if event is None:
         return None
-    delivery, _ = PushDelivery.objects.get_or_create(config=config, seq=event.seq, defaults={"event": event})
+    # The delivery row itself is made with the first attempt's record, in its transaction:
+    # a row made here would cost a commit of its own (and a WAL flush) per event.
+    tried = PushDelivery.objects.filter(config=config, seq=event.seq).values_list("attempts", flat=True).first()
     return Due(
         config_pk=config.pk,
-        delivery_pk=delivery.pk,
+        event_pk=event.pk,
         task_id=str(config.task_id),
         context_id=config.task.context_id,
         seq=event.seq,
@@ -195,7 +197,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
         auth_scheme=config.auth_scheme,
         credentials_sealed=config.credentials_sealed,
         token_sealed=config.token_sealed,
-        attempt=delivery.attempts + 1,
+        attempt=(tried or 0) + 1,
     )
 
 
@@ -238,15 +240,20 @@ def attempt_record(
     with transaction.atomic():
         config = PushConfig.objects.select_for_update().get(pk=due.config_pk)
         ours = config.lease_token == lease_token and config.status == ConfigStatus.ACTIVE and config.deleted_at is None
+        # Every delivery row is made here, under the config's row lock, so two jobs (one whose
+        # lease ran out, one holding it now) cannot both make it.
+        delivery = (
+            PushDelivery.objects.select_for_update().filter(config_id=due.config_pk, seq=due.seq).first()
+            or PushDelivery.objects.create(config_id=due.config_pk, event_id=due.event_pk, seq=due.seq)
+        )
         PushAttempt.objects.create(
-            delivery_id=due.delivery_pk, started_at=started_at, status_code=status_code,
+            delivery=delivery, started_at=started_at, status_code=status_code,
             latency_ms=latency_ms, error=error[:2000], jti=jti,
         )
         if not ours:
             # Our lease ran out (or the config was deleted or died) while we sent: the attempt
             # is history, but the delivery and the cursor belong to whoever holds it now.
             return Verdict("lost")
-        delivery = PushDelivery.objects.select_for_update().get(pk=due.delivery_pk)
         delivery.attempts += 1
         delivery.last_status_code = status_code
         delivery.last_error = error[:2000]

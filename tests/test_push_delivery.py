@@ -228,7 +228,7 @@ def test_a_job_whose_lease_ran_out_logs_its_attempt_but_leaves_the_delivery_to_t
     late = services.attempt_record(due=due, lease_token=slow, started_at=started, status_code=500,
                                    latency_ms=9000, error="HTTP 500")
     assert late.outcome == "lost"
-    delivered = PushDelivery.objects.get(pk=due.delivery_pk)
+    delivered = PushDelivery.objects.get(config=config, seq=due.seq)
     assert (delivered.state, delivered.attempts, delivered.last_status_code) == (DeliveryState.DELIVERED, 1, 200)
     assert list(delivered.attempt_log.order_by("id").values_list("status_code", flat=True)) == [200, 500]
 
