@@ -168,17 +168,14 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     """The oldest event after the config's cursor and how often it was tried already; None
     when nothing is due or the lease is no longer ours.
 
-    Each call renews the lease: a lease outlasts one attempt by far (`outbound.post` bounds
-    it), but a batch of slow attempts could outlast it, and then a second job would send
-    beside this one."""
+    The lease needs no renewing here: a lease outlasts one attempt by far (`outbound.post`
+    bounds it), and every delivered attempt extends it (`attempt_record`), so a batch of slow
+    attempts never lets a second job in."""
     from tasks_app.models import TaskEvent
 
-    renewed = PushConfig.objects.live().filter(pk=config_pk, lease_token=lease_token).update(
-        lease_until=timezone.now() + timedelta(seconds=_lease_seconds())
-    )
-    if not renewed:
+    config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()
+    if config is None:
         return None
-    config = PushConfig.objects.select_related("task").get(pk=config_pk)
     event = TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq).order_by("seq").first()
     if event is None:
         return None

@@ -197,7 +197,7 @@ def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_ag
     assert seqs(receiver.requests) == list(range(1, Task.objects.get().last_seq + 1))
 
 
-def test_each_event_of_a_batch_renews_the_lease_so_slow_attempts_never_let_a_second_job_in(
+def test_each_delivered_event_of_a_batch_renews_the_lease_so_slow_attempts_never_let_a_second_job_in(
         rpc, echo_agent, alice_key, receiver):
     from django.utils import timezone
 
@@ -206,10 +206,13 @@ def test_each_event_of_a_batch_renews_the_lease_so_slow_attempts_never_let_a_sec
     token = services.lease_take(config_pk=config.pk)
     # The batch's earlier attempts were slow: the lease is about to run out.
     PushConfig.objects.filter(pk=config.pk).update(lease_until=timezone.now() + timezone.timedelta(seconds=1))
-    assert services.delivery_next(config_pk=config.pk, lease_token=token) is not None
+    due = services.delivery_next(config_pk=config.pk, lease_token=token)
+    assert delivery.attempt(due, lease_token=token).outcome == "delivered"
     config.refresh_from_db()
     assert config.lease_token == token and config.lease_until > timezone.now() + timezone.timedelta(seconds=30)
     assert services.lease_take(config_pk=config.pk) is None
+    # The next event is still this job's to send.
+    assert services.delivery_next(config_pk=config.pk, lease_token=token).seq == due.seq + 1
 
 
 def test_a_job_whose_lease_ran_out_logs_its_attempt_but_leaves_the_delivery_to_the_new_holder(
