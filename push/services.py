@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from registry.models import Agent
@@ -176,12 +177,18 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()
     if config is None:
         return None
-    event = TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq).order_by("seq").first()
+    # The delivery row itself is made with the first attempt's record, in its transaction:
+    # a row made here would cost a commit of its own (and a WAL flush) per event. Until then
+    # the event has no row, and `tried` is None.
+    tried = PushDelivery.objects.filter(config_id=config_pk, seq=OuterRef("seq")).values("attempts")[:1]
+    event = (
+        TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq)
+        .annotate(tried=Subquery(tried))
+        .order_by("seq")
+        .first()
+    )
     if event is None:
         return None
-    # The delivery row itself is made with the first attempt's record, in its transaction:
-    # a row made here would cost a commit of its own (and a WAL flush) per event.
-    tried = PushDelivery.objects.filter(config=config, seq=event.seq).values_list("attempts", flat=True).first()
     return Due(
         config_pk=config.pk,
         event_pk=event.pk,
@@ -194,7 +201,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
         auth_scheme=config.auth_scheme,
         credentials_sealed=config.credentials_sealed,
         token_sealed=config.token_sealed,
-        attempt=(tried or 0) + 1,
+        attempt=(event.tried or 0) + 1,
     )
 
 
@@ -238,32 +245,38 @@ def attempt_record(
         config = PushConfig.objects.select_for_update().get(pk=due.config_pk)
         ours = config.lease_token == lease_token and config.status == ConfigStatus.ACTIVE and config.deleted_at is None
         # Every delivery row is made here, under the config's row lock, so two jobs (one whose
-        # lease ran out, one holding it now) cannot both make it.
-        delivery = (
-            PushDelivery.objects.select_for_update().filter(config_id=due.config_pk, seq=due.seq).first()
-            or PushDelivery.objects.create(config_id=due.config_pk, event_id=due.event_pk, seq=due.seq)
-        )
+        # lease ran out, one holding it now) cannot both make it. A new row is inserted with
+        # this attempt's outcome already in it: one statement, not an insert and an update.
+        delivery = PushDelivery.objects.select_for_update().filter(config_id=due.config_pk, seq=due.seq).first()
+        made = delivery is None
+        if made:
+            delivery = PushDelivery(config_id=due.config_pk, event_id=due.event_pk, seq=due.seq)
+        verdict = Verdict("lost")
+        if ours:
+            delivery.attempts += 1
+            delivery.last_status_code = status_code
+            delivery.last_error = error[:2000]
+            if succeeded:
+                delivery.state = DeliveryState.DELIVERED
+                delivery.delivered_at = now
+                verdict = Verdict("delivered")
+            elif permanent or delivery.attempts >= settings.PUSH_MAX_ATTEMPTS:
+                delivery.state = DeliveryState.DEAD
+                verdict = Verdict("dead")
+            else:
+                verdict = Verdict("retry", retry_delay(delivery.attempts, retry_after))
+        # Our lease ran out (or the config was deleted or died) while we sent: the attempt is
+        # history, but the delivery's count and the cursor belong to whoever holds it now.
+        if made:
+            delivery.save(force_insert=True)
+        elif ours:
+            delivery.save(update_fields=["attempts", "last_status_code", "last_error", "state", "delivered_at"])
         PushAttempt.objects.create(
             delivery=delivery, started_at=started_at, status_code=status_code,
             latency_ms=latency_ms, error=error[:2000], jti=jti,
         )
         if not ours:
-            # Our lease ran out (or the config was deleted or died) while we sent: the attempt
-            # is history, but the delivery and the cursor belong to whoever holds it now.
-            return Verdict("lost")
-        delivery.attempts += 1
-        delivery.last_status_code = status_code
-        delivery.last_error = error[:2000]
-        if succeeded:
-            delivery.state = DeliveryState.DELIVERED
-            delivery.delivered_at = now
-            verdict = Verdict("delivered")
-        elif permanent or delivery.attempts >= settings.PUSH_MAX_ATTEMPTS:
-            delivery.state = DeliveryState.DEAD
-            verdict = Verdict("dead")
-        else:
-            verdict = Verdict("retry", retry_delay(delivery.attempts, retry_after))
-        delivery.save(update_fields=["attempts", "last_status_code", "last_error", "state", "delivered_at"])
+            return verdict
         if verdict.outcome == "delivered":
             config.delivered_seq = max(config.delivered_seq, due.seq)
             config.next_attempt_at = None
