@@ -18,7 +18,10 @@ _STATE_IS_VALID = Q(state__in=TaskState.values)
 class Task(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tasks")
-    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks")
+    # No index of its own: `tasks_task_list` starts with agent_id and serves lookups by agent
+    # alone. Every index is one more entry written on each status change, and those are
+    # never HOT updates (the list indexes hold status_timestamp).
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks", db_index=False)
     owner = models.CharField(max_length=150, help_text="The principal that created the task and alone may see it.")
     # A2A 0.1 and AIP let the client choose the task id; A2A 0.3/1.0 never do.
     client_task_id = models.CharField(max_length=200, null=True, blank=True)
