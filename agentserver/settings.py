@@ -98,7 +98,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = "" if EMBEDDED else env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
-if CELERY_BROKER_URL.startswith("redis://"):  # see agentserver/broker.py
+# A Redis broker gets our transport (agentserver/broker.py), and runs are published without
+# re-declaring their queue (tasks_app.tasks.enqueue_run).
+BROKER_IS_REDIS = CELERY_BROKER_URL.startswith("redis://")
+if BROKER_IS_REDIS:
     CELERY_BROKER_TRANSPORT = "agentserver.broker:Transport"
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="agentserver")
 CELERY_TASK_ALWAYS_EAGER = EMBEDDED

@@ -22,7 +22,7 @@ def _publish_options() -> dict[str, Any]:
     """Celery publishes a run through the anonymous exchange straight to the queue's Redis
     list, which the workers pop; declaring the queue again on every publish (a copy and a
     bind of the Queue: a third of a publish's Python work) adds nothing there."""
-    return {"declare": []} if settings.CELERY_BROKER_URL.startswith("redis://") else {}
+    return {"declare": []} if settings.BROKER_IS_REDIS else {}
 
 
 def enqueue_run(*, task_id: Any, run_token: Any) -> None:
