@@ -7,6 +7,8 @@ from typing import Any
 
 from registry.models import Agent
 
+from . import media
+
 API_KEY_HEADER = "X-API-Key"
 API_KEY_SCHEME = "apiKey"
 
@@ -48,8 +50,8 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
                 }
             }
         },
-        "defaultInputModes": agent.input_modes or ["text/plain"],
-        "defaultOutputModes": agent.output_modes or ["text/plain"],
+        "defaultInputModes": agent.input_modes or list(media.DEFAULT_MODES),
+        "defaultOutputModes": agent.output_modes or list(media.DEFAULT_MODES),
         "skills": skills,
     }
     if not agent.is_public:

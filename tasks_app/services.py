@@ -18,7 +18,7 @@ from django.utils import timezone
 from registry.models import Agent
 from registry.selectors import Principal
 
-from . import hints, sql
+from . import hints, media, sql
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
@@ -125,6 +125,7 @@ def message_receive(
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
+    media.check_message(agent=agent, parts=message.parts, accepted_output_modes=accepted_output_modes)
     now = timezone.now()
     if message.task_id:
         with transaction.atomic():

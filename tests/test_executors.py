@@ -52,3 +52,16 @@ def test_the_conformance_agent_follows_the_suites_table(rpc, conformance_agent, 
     task = rpc.send(CONFORMANCE, messageId=f"{prefix}-0123abcd").result["task"]
     assert task["status"]["state"] == state
     assert check(task), task
+
+
+@pytest.mark.parametrize("accepted, media_type, taken", [
+    ([], "image/png", True),
+    (["text/plain"], "text/plain", True),
+    (["text/*"], "text/markdown", True),
+    (["text/plain"], "application/json", False),
+])
+def test_an_executor_can_ask_whether_the_client_takes_a_media_type(accepted, media_type, taken):
+    from tasks_app.executors import AgentContext
+
+    ctx = AgentContext(task_id="t", context_id="c", message=None, history=[], accepted_output_modes=accepted)
+    assert ctx.accepts(media_type) is taken

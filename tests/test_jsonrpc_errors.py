@@ -83,6 +83,37 @@ def test_a_wrong_content_type_is_content_type_not_supported(rpc, echo_agent, ali
     assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
 
 
+def test_a_file_of_a_media_type_the_agent_does_not_take_is_content_type_not_supported(rpc, echo_agent, alice_key):
+    from tasks_app.models import Task
+
+    unsupported = [{"raw": "dGNr", "mediaType": "application/x-unsupported-tck-type"}]
+    response = rpc.send("/agents/acme/echo/", key=alice_key, parts=unsupported)
+    error = assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
+    assert "application/x-unsupported-tck-type" in error["message"] and "text/plain" in error["message"]
+    assert not Task.objects.exists()
+
+
+def test_accepting_no_output_mode_the_agent_produces_is_content_type_not_supported(rpc, echo_agent, alice_key):
+    response = rpc.send("/agents/acme/echo/", key=alice_key, configuration={"acceptedOutputModes": ["image/png"]})
+    error = assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
+    assert "produces text/plain" in error["message"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_follow_up_with_a_file_the_agent_does_not_take_leaves_the_task_as_it_was(rpc, tenant, alice_key):
+    from tasks_app.models import Message, Task
+
+    make_agent(tenant, "writer", "writer")
+    task = rpc.send("/agents/acme/writer/", "write", key=alice_key).result["task"]
+    assert task["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    messages = Message.objects.filter(task_id=task["id"]).count()
+    picture = [{"url": "https://example.test/topic.png", "mediaType": "image/png"}]
+    response = rpc.send("/agents/acme/writer/", key=alice_key, taskId=task["id"], parts=picture)
+    assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
+    assert Task.objects.get(pk=task["id"]).state == "input-required"
+    assert Message.objects.filter(task_id=task["id"]).count() == messages
+
+
 @pytest.mark.django_db(transaction=True)
 def test_an_agent_that_breaks_the_executor_contract_is_an_invalid_agent_response(rpc, tenant, alice_key):
     from tasks_app.executors import REGISTRY, Executor

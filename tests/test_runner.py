@@ -47,6 +47,18 @@ def test_a_well_behaved_executor_completes_its_task(run_with):
     assert task.status_message.parts == [{"type": "text", "text": "done with hello"}]
 
 
+def test_an_executor_that_fails_its_task_is_done_and_its_message_is_the_status(run_with):
+    task, outcome = run_with(lambda ctx: ctx.fail("the topic is not one I write about"))
+    assert outcome == "done" and task.state == TaskState.FAILED
+    assert task.status_message.parts == [{"type": "text", "text": "the topic is not one I write about"}]
+    assert task.failure == ""  # the agent's own verdict: not a failure the server caused
+
+
+def test_an_executor_that_rejects_its_task_leaves_it_rejected(run_with):
+    task, outcome = run_with(lambda ctx: ctx.reject("not for me"))
+    assert outcome == "done" and task.state == TaskState.REJECTED
+
+
 def test_an_executor_that_raises_fails_its_task_with_a_reason(run_with):
     def boom(ctx):
         raise KeyError("oops")

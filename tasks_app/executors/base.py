@@ -8,6 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .. import media
 from .. import parts as P
 from .. import selectors, services
 from ..domain import MessageView, NewArtifact
@@ -37,6 +38,12 @@ class AgentContext:
     def user_texts(self) -> list[str]:
         """Text of every user message of this task so far, oldest first."""
         return [P.plain_text(m.parts) for m in self.history if m.role == Role.USER]
+
+    def accepts(self, media_type: str) -> bool:
+        """Whether the client takes parts of this media type (`acceptedOutputModes`; a client
+        that named none takes anything). The server has already refused a client that accepts
+        nothing the agent's card says it produces; among those modes, pick one it accepts."""
+        return not self.accepted_output_modes or media.accepts_any(self.accepted_output_modes, [media_type])
 
     @property
     def cancelled(self) -> bool:
