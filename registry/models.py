@@ -10,6 +10,8 @@ class Tenant(models.Model):
     slug = models.SlugField(max_length=64, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["slug"]

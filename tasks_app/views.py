@@ -68,7 +68,7 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
     body = orjson.dumps(agent_card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    last_modified = max(found.updated_at, found.tenant.created_at)
+    last_modified = max(found.updated_at, found.tenant.updated_at)
     headers: dict[str, Any] = {
         "ETag": etag,
         "Last-Modified": http_date(last_modified.timestamp()),

@@ -52,6 +52,22 @@ def test_a_changed_agent_gets_a_new_etag(client, echo_agent):
     assert after.status_code == 200 and after["ETag"] != before
 
 
+def test_a_renamed_tenant_is_a_modification_of_its_agents_cards(client, echo_agent):
+    from datetime import timedelta
+
+    from registry.models import Tenant
+
+    before = client.get(CARD)["Last-Modified"]
+    # The provider's name is on the card; the rename is put a minute later, since HTTP dates
+    # have whole seconds.
+    Tenant.objects.filter(pk=echo_agent.tenant_id).update(
+        name="Acme Renamed", updated_at=echo_agent.updated_at + timedelta(minutes=1)
+    )
+    after = client.get(CARD, headers={"If-Modified-Since": before})
+    assert after.status_code == 200 and after.json()["provider"]["organization"] == "Acme Renamed"
+    assert after["Last-Modified"] != before
+
+
 def test_declared_extensions_are_listed(client, tenant):
     make_agent(tenant, "ext", "echo", extensions=[{"uri": "https://example.com/e", "required": False}])
     card = client.get("/agents/acme/ext/.well-known/agent-card.json").json()
