@@ -52,6 +52,8 @@ class Task(models.Model):
     class Meta:
         constraints = [
             models.CheckConstraint(condition=_STATE_IS_VALID, name="tasks_task_state_valid"),
+            models.CheckConstraint(condition=Q(dialect__in=Dialect.values), name="tasks_task_dialect_valid"),
+            models.CheckConstraint(condition=Q(failure__in=Failure.values), name="tasks_task_failure_valid"),
             models.UniqueConstraint(
                 fields=["agent", "owner", "client_task_id"],
                 condition=Q(client_task_id__isnull=False),

@@ -26,6 +26,14 @@ def test_an_unknown_state_is_refused(task):
     _refused(pk=task.pk, state="sleeping")
 
 
+def test_an_unknown_dialect_is_refused(task):
+    _refused(pk=task.pk, dialect="a2a/9.9")
+
+
+def test_an_unknown_failure_reason_is_refused(task):
+    _refused(pk=task.pk, failure="gremlins", state="failed")
+
+
 def test_a_reply_only_exchange_must_be_completed(task):
     _refused(pk=task.pk, reply_only=True, state="working")
 
