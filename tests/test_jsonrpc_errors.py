@@ -174,7 +174,15 @@ def test_an_unknown_version_is_version_not_supported(rpc, echo_agent, alice_key)
     assert "99.0" in error["message"]
 
 
-def test_a_missing_version_means_0_3_which_is_not_served_yet(rpc, echo_agent, alice_key):
+def test_a_missing_version_means_0_3_which_is_not_served_yet(echo_agent, alice_key, client):
+    response = client.post("/agents/acme/echo/", data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}',
+                           content_type="application/json", headers={"X-API-Key": alice_key})
+    error = response.json()["error"]
+    assert error["code"] == -32009 and error["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
+    assert "0.3" in error["message"]
+
+
+def test_an_empty_version_header_counts_as_missing(rpc, echo_agent, alice_key):
     response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, headers={"A2A-Version": ""})
     error = assert_a2a_error(response, -32009, "VERSION_NOT_SUPPORTED")
     assert "0.3" in error["message"]
