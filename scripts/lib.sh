@@ -15,7 +15,8 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 VPY="$VENV/bin/python"
-RUN_DIR="$ROOT/.run"
+# Logs and state of `make run` (RUN_DIR=… puts them elsewhere, as the tests do).
+RUN_DIR="${RUN_DIR:-$ROOT/.run}"
 REQS="$ROOT/requirements.txt"
 # The stamp holds the hash of requirements.txt (plus the interpreter version)
 # the venv was last installed from; a match means "nothing to do".

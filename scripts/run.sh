@@ -11,7 +11,8 @@
 #      until Ctrl-C, stopping everything it started.
 #
 # Env: PORT (default 8000), DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
-# force the embedded mode. Logs go to .run/.
+# force the embedded mode, SQLITE_PATH for its database (.data/db.sqlite3). Logs go to
+# RUN_DIR (.run/).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -79,12 +80,13 @@ else
   EMBEDDED=1
   warn "Postgres and/or Redis could not be reached or started."
   warn "FALLING BACK TO THE EMBEDDED MODE (AGENTSERVER_EMBEDDED=1):"
-  warn "  database = SQLite at .data/db.sqlite3, background work runs in-process (no Celery worker)."
+  warn "  database = SQLite at ${SQLITE_PATH:-.data/db.sqlite3}, background work runs in-process (no Celery worker)."
   warn "  For the full setup start Postgres ($DATABASE_URL) and Redis ($REDIS_URL), then re-run 'make run'."
 fi
 if ((EMBEDDED)); then
   export AGENTSERVER_EMBEDDED=1
-  mkdir -p "$ROOT/.data"
+  export SQLITE_PATH="${SQLITE_PATH:-$ROOT/.data/db.sqlite3}"
+  mkdir -p "$(dirname "$SQLITE_PATH")"
 else
   # An AGENTSERVER_EMBEDDED=0 left in the environment must not confuse the app.
   unset AGENTSERVER_EMBEDDED
@@ -97,7 +99,7 @@ if tcp_up "$HOST" "$PORT"; then
 fi
 
 # --- 3. migrate, seed, start ---------------------------------------------------
-log "migrating (log: .run/migrate.log)"
+log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
 
@@ -133,7 +135,7 @@ for name, path in agents.items():
     if name.isidentifier():
         print("AGENT_%s=%s" % (name, shlex.quote(path)))
 EOF
-)" || die "could not read the seed output (.run/seed.json)"
+)" || die "could not read the seed output (${RUN_DIR#"$ROOT"/}/seed.json)"
 eval "$SEED_VARS"
 # The probe and the example use echo if present, else the first agent.
 FIRST_AGENT="${AGENT_NAMES%% *}"
@@ -169,7 +171,7 @@ done
   echo
   echo "${_B}agentserver is running on $BASE${_N}"
   if ((EMBEDDED)); then
-    echo "  mode: ${_Y}EMBEDDED${_N} (SQLite at .data/db.sqlite3, background work in-process, no Celery worker)"
+    echo "  mode: ${_Y}EMBEDDED${_N} (SQLite at ${SQLITE_PATH#"$ROOT"/}, background work in-process, no Celery worker)"
   else
     echo "  mode: Postgres + Redis, Celery worker with beat"
   fi
@@ -187,7 +189,7 @@ done
   echo "  Try:"
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"
   echo
-  echo "  Logs: .run/web.log$( ((EMBEDDED)) || echo ' .run/worker.log')"
+  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log")"
 } | tee "$RUN_DIR/info.txt"
 echo "  Press Ctrl-C to stop."
 
