@@ -20,7 +20,7 @@ RUN useradd --create-home --uid 1000 app
 WORKDIR /app
 
 # Requirements first, so code changes don't re-run pip install.
-COPY requirements.txt .
+COPY requirements.txt constraints.txt ./
 RUN pip install -r requirements.txt
 
 COPY --chown=app:app . .

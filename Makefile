@@ -13,12 +13,13 @@ PORT ?= 8000
 export PORT
 
 .DEFAULT_GOAL := help
-.PHONY: help run test venv services compose-config clean
+.PHONY: help run test venv lock services compose-config clean
 
 help:
 	@echo "make run                  start web + worker on http://127.0.0.1:$(PORT) (Ctrl-C stops)"
 	@echo "make test [ARGS='-k x']   run pytest against Postgres + Redis"
 	@echo "make venv                 create/refresh .venv from requirements.txt"
+	@echo "make lock                 re-pin constraints.txt (what requirements.txt pulls in)"
 	@echo "make services             start local Postgres/Redis if they are not running"
 	@echo "make compose-config       validate docker-compose.yml"
 	@echo "make clean                remove .run/ (logs) and caches; keeps .venv and .data"
@@ -31,6 +32,9 @@ test:
 
 venv:
 	@bash -c 'source scripts/lib.sh && ensure_venv'
+
+lock:
+	@bash scripts/lock.sh
 
 services:
 	@bash -c 'source scripts/lib.sh && ensure_services'

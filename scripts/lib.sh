@@ -44,7 +44,7 @@ have() { command -v "$1" >/dev/null 2>&1; }
 # --- venv ----------------------------------------------------------------------
 requirements_hash() {
   # Interpreter version is part of the hash: a new python3 needs a new venv.
-  { cat "$REQS"; "$PYTHON" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
+  { cat "$REQS" "$ROOT/constraints.txt"; "$PYTHON" -c 'import sys; print(sys.version)'; } | sha256sum | cut -d' ' -f1
 }
 
 _ensure_venv_locked() {
