@@ -34,6 +34,25 @@ def test_an_unknown_failure_reason_is_refused(task):
     _refused(pk=task.pk, failure="gremlins", state="failed")
 
 
+def test_a_task_cannot_belong_to_another_tenant_than_its_agent(task):
+    from registry.models import Tenant
+
+    other = Tenant.objects.create(slug="other", name="Other")
+    _refused(pk=task.pk, tenant_id=other.pk)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Task.objects.create(tenant=other, agent=task.agent, owner="alice", context_id="c", dialect="a2a/1.0",
+                            status_timestamp=timezone.now())
+
+
+def test_an_agent_moved_to_another_tenant_takes_its_tasks_along(task):
+    from registry.models import Agent, Tenant
+
+    other = Tenant.objects.create(slug="other", name="Other")
+    Agent.objects.filter(pk=task.agent_id).update(tenant=other)
+    task.refresh_from_db()
+    assert task.tenant_id == other.pk
+
+
 def test_a_reply_only_exchange_must_be_completed(task):
     _refused(pk=task.pk, reply_only=True, state="working")
 
