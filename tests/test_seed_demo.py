@@ -21,3 +21,14 @@ def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key(db, capsys, rp
     public = dict(Agent.objects.values_list("slug", "is_public"))
     assert public == {"echo": False, "conformance": True, "writer": False}
     assert rpc("/agents/demo/echo/", "ListTasks", {}, key=second["api_key"]).status == 200
+
+
+def test_the_conformance_agent_takes_any_media_type_and_the_others_only_text(transactional_db, capsys, rpc):
+    call_command("seed_demo", "--json")
+    key = json.loads(capsys.readouterr().out)["api_key"]
+    unknown = {"messageId": "tck-send-003-0001", "role": "ROLE_USER",
+               "parts": [{"raw": "dGNr", "mediaType": "application/x-unsupported-tck-type"}]}
+    taken = rpc("/agents/demo/conformance/", "SendMessage", {"message": unknown})
+    assert taken.result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    refused = rpc("/agents/demo/echo/", "SendMessage", {"message": {**unknown, "messageId": "m2"}}, key=key)
+    assert refused.error["code"] == -32005
