@@ -24,9 +24,15 @@ def essence(media_type: str) -> str:
     return media_type.split(";", 1)[0].strip().lower()
 
 
+def _range(media_type: str) -> str:
+    # Early A2A samples name modes by their top-level type alone ("text"): read it as "text/*".
+    media_type = essence(media_type)
+    return media_type if "/" in media_type else f"{media_type}/*"
+
+
 def matches(one: str, other: str) -> bool:
-    """Either side may be a wildcard: `*/*`, or `type/*`."""
-    one, other = essence(one), essence(other)
+    """Either side may be a wildcard: `*/*`, or `type/*` (or a bare `type`)."""
+    one, other = _range(one), _range(other)
     if one == other or "*/*" in (one, other):
         return True
     one_type, _, one_sub = one.partition("/")
