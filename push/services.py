@@ -265,8 +265,9 @@ def attempt_record(
                 verdict = Verdict("dead")
             else:
                 verdict = Verdict("retry", retry_delay(delivery.attempts, retry_after))
-        # Our lease ran out (or the config was deleted or died) while we sent: the attempt is
-        # history, but the delivery's count and the cursor belong to whoever holds it now.
+        # If our lease ran out (or the config was deleted or died) while we sent, the attempt
+        # is still logged, but the delivery's count and the cursor belong to whoever holds the
+        # lease now: a row we make is left pending, one we found is left alone.
         if made:
             delivery.save(force_insert=True)
         elif ours:
