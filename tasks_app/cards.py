@@ -50,8 +50,8 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
                 }
             }
         },
-        "defaultInputModes": agent.input_modes or list(media.DEFAULT_MODES),
-        "defaultOutputModes": agent.output_modes or list(media.DEFAULT_MODES),
+        "defaultInputModes": media.declared(agent.input_modes),
+        "defaultOutputModes": media.declared(agent.output_modes),
         "skills": skills,
     }
     if not agent.is_public:

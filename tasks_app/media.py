@@ -40,8 +40,13 @@ def matches(one: str, other: str) -> bool:
     return one_type == other_type and "*" in (one_sub, other_sub)
 
 
+def declared(modes: list[str]) -> list[str]:
+    """An agent's default input or output modes as its card declares them."""
+    return list(modes or DEFAULT_MODES)
+
+
 def _modes(agent: Agent, key: str, defaults: list[str]) -> list[str]:
-    modes = list(defaults or DEFAULT_MODES)
+    modes = declared(defaults)
     for skill in agent.skills or []:
         if isinstance(skill, dict):
             modes.extend(m for m in skill.get(key) or [] if isinstance(m, str))

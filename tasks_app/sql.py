@@ -151,6 +151,8 @@ _RUN_GUARD = """
 # What a run write reports back: what the after-commit hook needs, not the whole row (decoding
 # five timestamps and two JSON columns cost the worker more than the statement's own round trip).
 WRITTEN_COLUMNS = ("id", "state", "last_seq", "has_push_configs")
+# What the updated row hands the rest of a run write (its inserts read these) and the caller.
+_WRITE_RETURNING = ", ".join((*WRITTEN_COLUMNS, "status_message_id", "context_id"))
 
 
 def run_write(*, move: bool, message: bool = False, artifact: str | None = None) -> str:
@@ -173,7 +175,7 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
         status_message = "(SELECT id FROM new_message)" if message else "NULL"
         sets[:0] = ["state = %(state)s", f"status_message_id = {status_message}",
                     "status_timestamp = %(now)s", "failure = %(failure)s"]
-    ctes.append(f"task AS (UPDATE {T} SET {', '.join(sets)} {_RUN_GUARD} RETURNING {TASK_COLUMNS})")
+    ctes.append(f"task AS (UPDATE {T} SET {', '.join(sets)} {_RUN_GUARD} RETURNING {_WRITE_RETURNING})")
     if artifact is not None:
         ctes.append(f"""artifact AS (
     INSERT INTO {A} (task_id, artifact_id, name, description, parts, metadata, extensions,
