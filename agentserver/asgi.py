@@ -72,5 +72,5 @@ application = ProtocolTypeRouter({"http": http_router})
 # Last, once everything a request needs is imported: see agentserver/runtime.py.
 from agentserver import runtime  # noqa: E402
 
-runtime.cache_twisted_content_type()
+runtime.leave_request_bodies_to_the_application()
 runtime.tune_gc()

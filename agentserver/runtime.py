@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import sys
 
 from django.conf import settings
@@ -29,15 +30,30 @@ def tune_gc() -> None:
         gc.set_threshold(threshold, gen1, gen2)
 
 
-def cache_twisted_content_type() -> None:
-    """Twisted parses every request's Content-Type through the `email` package, only to learn
-    whether the body is a form it should decode (for us: never), which was ~9 % of daphne's
-    CPU per SendMessage. The answer depends on the header's bytes alone and clients send the
-    same few, so remember the last ones. Without Twisted loaded (another ASGI server), or if
-    a Twisted release renames the function, nothing changes.
+def leave_request_bodies_to_the_application() -> None:
+    """Under daphne, Twisted decodes a POST body whose Content-Type names a form
+    (urlencoded or multipart) into `request.args`, which daphne never reads: daphne hands the
+    raw body to the application. Worse, a multipart body Twisted cannot parse is answered
+    with an empty 400 before the application sees it, where an agent endpoint must answer in
+    JSON-RPC; and deciding whether a body is a form parsed every request's Content-Type
+    through the `email` package (~9 % of daphne's CPU per SendMessage). Twisted's own switch,
+    `parsePOSTFormSubmission`, turns that off. Without daphne loaded (another ASGI server),
+    or with a Twisted that lacks the switch, nothing changes.
     """
-    http = sys.modules.get("twisted.web.http")
-    parse = getattr(http, "_parseContentType", None)
-    if parse is None or hasattr(parse, "cache_info"):
+    protocol = sys.modules.get("daphne.http_protocol")
+    web_request = getattr(protocol, "WebRequest", None)
+    if web_request is None or getattr(web_request.__init__, "leaves_bodies_alone", False):
         return
-    http._parseContentType = functools.lru_cache(maxsize=64)(parse)
+    from twisted.web import http
+
+    if "parsePOSTFormSubmission" not in inspect.signature(http.Request.__init__).parameters:
+        return
+    original = web_request.__init__
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("parsePOSTFormSubmission", False)
+        original(self, *args, **kwargs)
+
+    __init__.leaves_bodies_alone = True  # type: ignore[attr-defined]
+    web_request.__init__ = __init__

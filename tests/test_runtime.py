@@ -8,12 +8,17 @@ from agentserver import runtime
 
 
 @pytest.fixture
-def twisted_http(monkeypatch):
-    from twisted.web import http
+def web_request(monkeypatch):
+    """daphne's request class, with an __init__ that records what it is given (put back after)."""
+    from daphne import http_protocol
 
-    # Twisted's own parse, even if importing agentserver.asgi already cached it; put back after.
-    monkeypatch.setattr(http, "_parseContentType", getattr(http._parseContentType, "__wrapped__", http._parseContentType))
-    return http
+    given: dict = {}
+
+    def record(self, *args, **kwargs):
+        given.update(kwargs)
+
+    monkeypatch.setattr(http_protocol.WebRequest, "__init__", record)
+    return http_protocol.WebRequest, given
 
 
 @pytest.fixture
@@ -24,23 +29,19 @@ def gc_restored():
     gc.set_threshold(*before)
 
 
-def test_the_cached_content_type_parse_answers_as_twisted_does(twisted_http):
-    original = twisted_http._parseContentType
-    runtime.cache_twisted_content_type()
-    cached = twisted_http._parseContentType
-    assert cached is not original
-    for header in (b"application/json", b"Application/JSON; charset=utf-8", b"multipart/form-data; boundary=x",
-                   b"application/x-www-form-urlencoded", b"", b"nonsense"):
-        assert cached(header) == original(header)
-        assert cached(header) == original(header)
-    assert cached.cache_info().hits == 6
+def test_daphne_requests_leave_form_bodies_to_the_application(web_request):
+    cls, given = web_request
+    runtime.leave_request_bodies_to_the_application()
+    cls.__init__(object.__new__(cls), "a channel")
+    assert given == {"parsePOSTFormSubmission": False}
 
 
-def test_caching_the_content_type_parse_twice_wraps_it_once(twisted_http):
-    runtime.cache_twisted_content_type()
-    once = twisted_http._parseContentType
-    runtime.cache_twisted_content_type()
-    assert twisted_http._parseContentType is once
+def test_leaving_bodies_to_the_application_twice_wraps_once(web_request):
+    cls, _ = web_request
+    runtime.leave_request_bodies_to_the_application()
+    once = cls.__init__
+    runtime.leave_request_bodies_to_the_application()
+    assert cls.__init__ is once
 
 
 def test_tuning_the_collector_freezes_what_is_loaded_and_raises_the_young_threshold(settings, gc_restored):
