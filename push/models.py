@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from tasks_app.models import Task, TaskEvent
+from tasks_app.storable import ID_LENGTH, SCHEME_LENGTH, URL_LENGTH
 
 
 class ConfigStatus(models.TextChoices):
@@ -37,9 +38,9 @@ class PushConfig(models.Model):
     """A TaskPushNotificationConfig: where and how to tell a client about its task's events."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="push_configs")
-    config_id = models.CharField(max_length=200, help_text="The A2A config id (the client's, or a server UUID).")
-    url = models.URLField(max_length=2048)
-    auth_scheme = models.CharField(max_length=64, blank=True, default="")
+    config_id = models.CharField(max_length=ID_LENGTH, help_text="The A2A config id (the client's, or a server UUID).")
+    url = models.URLField(max_length=URL_LENGTH)
+    auth_scheme = models.CharField(max_length=SCHEME_LENGTH, blank=True, default="")
     # Fernet tokens (push.sealing); never shown in the admin or logged.
     credentials_sealed = models.TextField(blank=True, default="", editable=False)
     token_sealed = models.TextField(blank=True, default="", editable=False)

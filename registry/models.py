@@ -3,11 +3,13 @@ from __future__ import annotations
 from django.core.validators import validate_slug
 from django.db import models
 
+SLUG_LENGTH = 64
+
 
 class Tenant(models.Model):
     """An organisation hosting agents; the first path segment of every agent URL."""
 
-    slug = models.SlugField(max_length=64, unique=True, validators=[validate_slug])
+    slug = models.SlugField(max_length=SLUG_LENGTH, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
@@ -24,7 +26,7 @@ class Agent(models.Model):
     """A hosted agent: its card's content and which executor runs its logic."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="agents")
-    slug = models.SlugField(max_length=64, validators=[validate_slug])
+    slug = models.SlugField(max_length=SLUG_LENGTH, validators=[validate_slug])
     name = models.CharField(max_length=200)
     description = models.TextField()
     version = models.CharField(max_length=50, default="1.0.0")

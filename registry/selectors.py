@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -11,8 +12,11 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
-from .models import Agent, ApiKey
-from .services import KEY_PREFIX, hash_secret
+from .models import SLUG_LENGTH, Agent, ApiKey
+from .services import KEY_ID_HEX_LENGTH, KEY_PREFIX, hash_secret
+
+_SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # Django's validate_slug
+_KEY_ID = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LENGTH}}}")  # an ApiKey.prefix, as api_key_create makes them
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,15 @@ _agents = _TTLCache()
 _keys = _TTLCache()
 
 
+def _is_slug(value: str) -> bool:
+    return len(value) <= SLUG_LENGTH and _SLUG.fullmatch(value) is not None
+
+
 def agent_get(*, tenant_slug: str, agent_slug: str) -> Agent | None:
+    """The active agent at /agents/<tenant_slug>/<agent_slug>/, or None. A path segment that
+    cannot be a slug names nothing, and is not looked up."""
+    if not (_is_slug(tenant_slug) and _is_slug(agent_slug)):
+        return None
     cached = _agents.get((tenant_slug, agent_slug))
     if cached is not None:
         return cached
@@ -91,7 +103,7 @@ def agent_get(*, tenant_slug: str, agent_slug: str) -> Agent | None:
 def api_key_authenticate(*, agent: Agent, presented: str) -> Principal | None:
     """The principal behind a presented key, if the key is valid for the agent's tenant."""
     parts = presented.split("_", 2)
-    if len(parts) != 3 or parts[0] != KEY_PREFIX:
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or not _KEY_ID.fullmatch(parts[1]):
         return None
     digest = hash_secret(presented)
     cache_key = (agent.tenant_id, digest)

@@ -9,6 +9,7 @@ from typing import Any
 from .models import Agent, ApiKey, Tenant
 
 KEY_PREFIX = "ask"
+KEY_ID_HEX_LENGTH = 12  # the key's public id: 6 random bytes in hex
 
 
 def hash_secret(secret: str) -> str:
@@ -17,7 +18,7 @@ def hash_secret(secret: str) -> str:
 
 def api_key_create(*, tenant: Tenant, name: str, principal: str | None = None) -> tuple[ApiKey, str]:
     """Create a key; return it with the plaintext, which is shown once and never stored."""
-    prefix = secrets.token_hex(6)
+    prefix = secrets.token_hex(KEY_ID_HEX_LENGTH // 2)
     secret = secrets.token_urlsafe(32)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secret}"
     key = ApiKey.objects.create(

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from . import storable
 from .parts import Part
 
 
@@ -113,6 +114,14 @@ class NewArtifact:
     metadata: dict[str, Any] = field(default_factory=dict)
     append: bool = False
     last_chunk: bool = False
+
+    def __post_init__(self) -> None:
+        # An agent names its artifacts: what it names them must fit the store (Refused
+        # fails its run as an invalid response, never as a database error).
+        storable.check_text(self.artifact_id, where="artifact_id", max_length=storable.ID_LENGTH)
+        storable.check_text(self.name, where="name", max_length=storable.NAME_LENGTH)
+        storable.check(self.description, where="description")
+        storable.check(self.metadata, where="metadata")
 
     @property
     def mode(self) -> str:

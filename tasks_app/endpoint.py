@@ -3,8 +3,8 @@
 Under daphne the Channels consumer (`consumers.AgentRpcConsumer`) serves it; Django's view
 (`views.agent_rpc`) adapts the same pipeline for the test client and other servers. Order of
 checks, each before anything later is looked at: agent exists -> caller authenticated ->
-Content-Type -> body size -> JSON-RPC envelope -> A2A version -> method -> extensions ->
-params. Whatever fails answers in JSON-RPC form (HTTP 401 for authentication), never with
+body size -> Content-Type -> JSON-RPC envelope (with every value the request holds, see
+`storable`) -> A2A version -> method -> extensions -> params. Whatever fails answers in JSON-RPC form (HTTP 401 for authentication), never with
 an error page. A streaming method that passes every check answers with an `EventStream`,
 which the transport sends as `text/event-stream`; errors found before that are plain JSON.
 """
@@ -20,7 +20,7 @@ from django.conf import settings
 from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 
-from . import dbcalls, jsonrpc
+from . import dbcalls, jsonrpc, storable
 from .cards import API_KEY_HEADER, required_extensions
 from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
 from .errors import ContentTypeNotSupported, DomainError, ExtensionSupportRequired, VersionNotSupported
@@ -99,6 +99,15 @@ def _error(request_id: Any, code: int, message: str, status: int = 200) -> Reply
     return Reply(status, jsonrpc.error(request_id, code, message))
 
 
+def _id_if_any(body: bytes) -> Any:
+    """The id of the request in `body` if it is a valid one: an answer that refuses the
+    request before reading it (its Content-Type) still goes to the right caller."""
+    try:
+        return jsonrpc.parse(body).id
+    except jsonrpc.EnvelopeError:
+        return None
+
+
 def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | None, Principal | None]:
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
@@ -116,7 +125,7 @@ def _check_version(version: str) -> None:
             "a request without A2A-Version means A2A 0.3, which this server does not speak yet; "
             "send the header A2A-Version: 1.0"
         )
-    raise VersionNotSupported(f"A2A version {version!r} is not supported; this endpoint speaks 1.0")
+    raise VersionNotSupported(f"A2A version {storable.brief(version)} is not supported; this endpoint speaks 1.0")
 
 
 def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]:
@@ -151,13 +160,14 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         reply.headers["WWW-Authenticate"] = f'ApiKey header="{API_KEY_HEADER}"'
         return reply
 
-    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if content_type not in JSON_CONTENT_TYPES:
-        exc = ContentTypeNotSupported(f"Content-Type {content_type or '(none)'!r} is not supported; use {JSON}")
-        return Reply(200, jsonrpc.domain_error(None, exc))
     if request.body is None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return _error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes", 413)
+    content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if content_type not in JSON_CONTENT_TYPES:
+        exc = ContentTypeNotSupported(f"Content-Type {storable.brief(content_type or '(none)')} is not supported; "
+                                      f"use {JSON}")
+        return Reply(200, jsonrpc.domain_error(_id_if_any(request.body), exc))
     try:
         call = jsonrpc.parse(request.body)
     except jsonrpc.EnvelopeError as exc:
@@ -170,7 +180,7 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         _check_version(version)
         handler = A2A_V1_METHODS.get(call.method)
         if handler is None:
-            return _error(call.id, jsonrpc.METHOD_NOT_FOUND, f"method {call.method!r} not found")
+            return _error(call.id, jsonrpc.METHOD_NOT_FOUND, f"method {storable.brief(call.method)} not found")
         missing = [uri for uri in required_extensions(found) if uri not in activated]
         if missing:
             raise ExtensionSupportRequired(
@@ -182,11 +192,11 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
             last_event_id=request.headers.get("last-event-id"),
         )
         value = await handler(context, call.params)
+        if isinstance(value, EventStream):
+            return Streamed(call.id, value, extra)
+        return Reply(200, jsonrpc.result(call.id, value), extra)
     except DomainError as exc:
         return Reply(200, jsonrpc.domain_error(call.id, exc), extra)
     except Exception:  # noqa: BLE001 - a bug must answer as JSON-RPC, never as a traceback page
         log.exception("internal error in %s on %s/%s", call.method, request.tenant, request.agent)
         return _error(call.id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
-    if isinstance(value, EventStream):
-        return Streamed(call.id, value, extra)
-    return Reply(200, jsonrpc.result(call.id, value), extra)

@@ -7,11 +7,13 @@ code and a google.rpc.ErrorInfo in `data`, as A2A 1.0 §9.5 asks.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
+from . import storable
 from .errors import DomainError
 
 ERROR_DOMAIN = "a2a-protocol.org"
@@ -38,17 +40,29 @@ class Request:
 
 
 def parse(body: bytes) -> Request:
+    """The request in `body`, or EnvelopeError. Everything in it, params included, has
+    passed `storable.check` once: nothing deeper than the limit or that the store cannot
+    hold goes further. The id is echoed in errors once it is known to be usable."""
     try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
+        obj = storable.loads(body)
+    except storable.Malformed as exc:
         raise EnvelopeError(PARSE_ERROR, f"request body is not valid JSON: {exc}") from None
+    except storable.Refused as exc:
+        raise EnvelopeError(INVALID_REQUEST, str(exc)) from None
     if isinstance(obj, list):
         raise EnvelopeError(INVALID_REQUEST, "batch requests are not supported; send one request per call")
     if not isinstance(obj, dict):
         raise EnvelopeError(INVALID_REQUEST, "a JSON-RPC request must be a JSON object")
     request_id = obj.get("id")
-    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int))):
+    if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int, float))):
         raise EnvelopeError(INVALID_REQUEST, "id must be a string, a number or null")
+    try:
+        storable.check(obj)
+    except storable.Refused as exc:
+        where = exc.path[0] if exc.path else None
+        raise EnvelopeError(
+            INVALID_PARAMS if where == "params" else INVALID_REQUEST, str(exc), None if where == "id" else request_id
+        ) from None
     if obj.get("jsonrpc") != "2.0":
         raise EnvelopeError(INVALID_REQUEST, 'jsonrpc must be exactly "2.0"', request_id)
     method = obj.get("method")
@@ -63,7 +77,13 @@ def parse(body: bytes) -> Request:
 
 
 def result(request_id: Any, value: Any) -> bytes:
-    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "result": value})
+    response = {"jsonrpc": "2.0", "id": request_id, "result": value}
+    try:
+        return orjson.dumps(response)
+    except TypeError:
+        # Only rows stored before `storable` refused what orjson cannot write (nesting past
+        # 254 levels, integers past 64 bits) come here: they still read, more slowly.
+        return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def error(request_id: Any, code: int, message: str, reason: str | None = None) -> bytes:

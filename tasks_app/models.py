@@ -11,6 +11,7 @@ from django.db.models import Q
 from registry.models import Agent, Tenant
 
 from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
+from .storable import ID_LENGTH, NAME_LENGTH
 
 _STATE_IS_VALID = Q(state__in=TaskState.values)
 
@@ -24,8 +25,8 @@ class Task(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="tasks", db_index=False)
     owner = models.CharField(max_length=150, help_text="The principal that created the task and alone may see it.")
     # A2A 0.1 and AIP let the client choose the task id; A2A 0.3/1.0 never do.
-    client_task_id = models.CharField(max_length=200, null=True, blank=True)
-    context_id = models.CharField(max_length=200, help_text="A2A contextId; A2A 0.1 sessionId; AIP session.")
+    client_task_id = models.CharField(max_length=ID_LENGTH, null=True, blank=True)
+    context_id = models.CharField(max_length=ID_LENGTH, help_text="A2A contextId; A2A 0.1 sessionId; AIP session.")
     dialect = models.CharField(max_length=16, choices=Dialect.choices, help_text="The dialect that created it.")
     state = models.CharField(max_length=24, choices=TaskState.choices, default=TaskState.SUBMITTED)
     status_message = models.ForeignKey(
@@ -99,8 +100,8 @@ class Message(models.Model):
     """One message of a task's history, from the user (AIP leader) or the agent (AIP partner)."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
-    message_id = models.CharField(max_length=200, help_text="The sender's messageId; not unique by design.")
-    context_id = models.CharField(max_length=200)
+    message_id = models.CharField(max_length=ID_LENGTH, help_text="The sender's messageId; not unique by design.")
+    context_id = models.CharField(max_length=ID_LENGTH)
     role = models.CharField(max_length=8, choices=Role.choices)
     parts = models.JSONField(help_text="Canonical parts (see tasks_app.parts).")
     metadata = models.JSONField(default=dict, blank=True)
@@ -147,8 +148,8 @@ class Artifact(models.Model):
     """An output of a task (AIP `products`); streamed chunks append to its parts."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
-    artifact_id = models.CharField(max_length=200)
-    name = models.CharField(max_length=300, blank=True, default="")
+    artifact_id = models.CharField(max_length=ID_LENGTH)
+    name = models.CharField(max_length=NAME_LENGTH, blank=True, default="")
     description = models.TextField(blank=True, default="")
     parts = models.JSONField(default=list)
     metadata = models.JSONField(default=dict, blank=True)

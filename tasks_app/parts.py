@@ -6,7 +6,8 @@
     {"type": "data", "data": <any JSON>}
 
 Any part may also carry "metadata": {...}. Dialect codecs translate to and from this form;
-`validate` is the one place that decides what a well-formed part is.
+`validate` is the one place that decides what a well-formed part is (and, through
+`storable.check`, that the store can hold it).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import base64
 import binascii
 from typing import Any
 
+from .storable import Refused, check
+
 Part = dict[str, Any]
 
 
-class PartError(ValueError):
+class PartError(Refused):
     """A part that is not well formed; the message says which and why."""
 
 
@@ -52,9 +55,7 @@ def coerce(content: str | list[Part] | None) -> list[Part]:
     """What an executor passes (a string or parts) as validated canonical parts."""
     if content is None:
         return []
-    if isinstance(content, str):
-        return [text(content)]
-    return validate_all(content)
+    return validate_all([text(content)] if isinstance(content, str) else content)
 
 
 def validate_all(parts: Any, *, where: str = "parts") -> list[Part]:
@@ -66,6 +67,7 @@ def validate_all(parts: Any, *, where: str = "parts") -> list[Part]:
 def validate(part: Any, *, where: str = "part") -> Part:
     if not isinstance(part, dict):
         raise PartError(f"{where} must be an object")
+    check(part, where=where)
     kind = part.get("type")
     metadata = part.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):

@@ -15,7 +15,7 @@ from . import services
 from .errors import InvalidTransition, TaskClosed
 from .executors import AgentContext, executor_for
 from .lifecycle import Failure, Role
-from .parts import PartError
+from .storable import Refused
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ def run(*, task_id: Any, run_token: Any) -> str:
     except SoftTimeLimitExceeded:
         _discard_connections()
         return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
-    except (InvalidTransition, PartError) as exc:
+    except (InvalidTransition, Refused) as exc:  # a part, an id or a name the store cannot hold
         return fail(Failure.INVALID_RESPONSE, f"the agent gave an invalid response: {exc}")
     except Exception as exc:  # noqa: BLE001 - an agent's bug must never leave its task hanging
         log.exception("executor %s failed on task %s", executor.name, task_id)

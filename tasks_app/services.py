@@ -18,7 +18,7 @@ from django.utils import timezone
 from registry.models import Agent
 from registry.selectors import Principal
 
-from . import hints, media, sql
+from . import hints, media, sql, storable
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
@@ -381,6 +381,7 @@ def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metada
     """The agent answers with a bare Message. For a brand-new exchange the client sees only
     that Message; for a task the client already holds, it completes the task with it."""
     now = timezone.now()
+    storable.check(metadata, where="metadata")
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
         message = _agent_message(task, parts, metadata)

@@ -20,7 +20,6 @@ Table and column names come from the models, never from input; every value is a 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Sequence
 
 import orjson
@@ -39,13 +38,11 @@ def available() -> bool:
 
 
 def dumps(value: Any) -> str | None:
-    """A JSON parameter for a `%s::jsonb` placeholder (None stays SQL NULL)."""
+    """A JSON parameter for a `%s::jsonb` placeholder (None stays SQL NULL). Values have
+    passed `storable.check`, so orjson can write them; what it cannot write is not stored."""
     if value is None:
         return None
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # e.g. an integer wider than 64 bits, which orjson refuses
-        return json.dumps(value)
+    return orjson.dumps(value).decode()
 
 
 def text_array(values: Sequence[str]) -> str:

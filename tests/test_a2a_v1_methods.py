@@ -206,3 +206,19 @@ def test_a_task_id_in_another_spelling_of_its_uuid_finds_the_task(rpc, echo_agen
     task = rpc.send("/agents/acme/echo/", key=alice_key).result["task"]
     fetched = rpc("/agents/acme/echo/", "GetTask", {"id": f"urn:uuid:{task['id'].upper()}"}, key=alice_key).result
     assert fetched["id"] == task["id"]
+
+
+def test_a_row_written_before_values_were_checked_still_reads_in_get_and_list(rpc, echo_agent, alice_key):
+    from tasks_app.models import Message
+
+    # Before tasks_app.storable, the store took values no encoder could write back (orjson
+    # stops at 254 levels and 64-bit integers), and one such task failed every ListTasks.
+    deep: list = []
+    for _ in range(300):
+        deep = [deep]
+    task = rpc.send(ECHO, key=alice_key).result["task"]
+    Message.objects.filter(task_id=task["id"]).update(parts=[{"type": "data", "data": deep}], metadata={"n": 2**70})
+    read = rpc(ECHO, "GetTask", {"id": task["id"]}, key=alice_key).result
+    assert read["history"][0]["parts"] == [{"data": deep}] and read["history"][0]["metadata"] == {"n": 2**70}
+    listed = rpc(ECHO, "ListTasks", {"historyLength": 1}, key=alice_key).result["tasks"]
+    assert [t["id"] for t in listed] == [task["id"]]

@@ -1,5 +1,6 @@
 """Every error the JSON-RPC endpoint can give, with its exact code and ErrorInfo reason."""
 
+import orjson
 import pytest
 
 from tests.conftest import make_agent, user_message
@@ -262,3 +263,217 @@ def test_an_unexpected_failure_is_an_internal_error_without_details(rpc, echo_ag
     response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key)
     error = assert_envelope_error(response, -32603)
     assert "secret" not in error["message"]
+
+
+# --- hostile input: each class with its exact answer (tests/test_hostile.py tries them all) ---
+
+def send_body(params: dict, request_id=7) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "SendMessage", "params": params})
+
+
+def assert_refused(response, code: int, message: str, request_id=7) -> None:
+    assert response.status == 200
+    assert response.body == {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def deep(levels: int):
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_nesting_past_the_limit_in_a_data_part_is_refused_and_nothing_is_stored(rpc, echo_agent, alice_key):
+    from tasks_app.models import Task
+
+    # The part's data sits at level 5 (body, params, message, parts, part).
+    message = user_message()
+    message["parts"] = [{"data": deep(64 - 5)}]
+    assert rpc.send("/agents/acme/echo/", key=alice_key, parts=message["parts"]).status == 200
+    stored = Task.objects.count()
+    response = rpc.raw("/agents/acme/echo/", send_body({"message": {**message, "parts": [{"data": deep(64 - 4)}]}}),
+                       key=alice_key)
+    assert_refused(response, -32602, "params.message.parts[0].data[0][0][0]… (64 levels down) nests deeper "
+                                     "than 64 levels of arrays and objects")
+    assert Task.objects.count() == stored
+
+
+def test_nesting_past_the_limit_in_the_envelope_is_an_invalid_request_with_the_id(rpc, echo_agent, alice_key):
+    body = orjson.dumps({"jsonrpc": "2.0", "id": "e", "method": "GetTask", "params": {"id": "x"}, "x-ext": deep(64)})
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600,
+                   "['x-ext'][0][0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels of arrays and objects",
+                   "e")
+
+
+def test_nesting_deeper_than_any_parser_goes_is_an_invalid_request(rpc, echo_agent, alice_key):
+    body = b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600,
+                   "the body nests arrays and objects deeper than 64 levels", None)
+
+
+@pytest.mark.parametrize("where, message_fields, path", [
+    ("text", {"parts": [{"text": "a\u0000b"}]}, "params.message.parts[0].text"),
+    ("messageId", {"messageId": "m\u0000"}, "params.message.messageId"),
+    ("contextId", {"contextId": "\u0000"}, "params.message.contextId"),
+    ("filename", {"parts": [{"url": "https://example.test/f", "filename": "f\u0000.txt"}]},
+     "params.message.parts[0].filename"),
+    ("url", {"parts": [{"url": "https://example.test/\u0000"}]}, "params.message.parts[0].url"),
+    ("metadata value", {"metadata": {"k": ["\u0000"]}}, "params.message.metadata.k[0]"),
+])
+def test_u0000_anywhere_in_params_is_refused_with_its_path(rpc, echo_agent, alice_key, where, message_fields, path):
+    from tasks_app.models import Task
+
+    body = send_body({"message": user_message(**message_fields)})
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
+                   f"{path} contains U+0000, which this server does not accept")
+    assert not Task.objects.exists()
+
+
+def test_u0000_in_a_member_name_is_refused(rpc, echo_agent, alice_key):
+    body = send_body({"message": user_message(metadata={"a\u0000": 1})})
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
+                   "params.message.metadata has a member name that contains U+0000, which this server does not accept")
+
+
+def test_a_lone_surrogate_is_refused_and_invalid_utf8_is_a_parse_error(rpc, echo_agent, alice_key):
+    body = b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":"\\udc00"}}'
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
+                   "params.id contains a lone surrogate (U+DC00), which this server does not accept", 3)
+    body = b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":"\xc3\x28"}}'
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32700,
+                   "request body is not valid JSON: the body is not UTF-8 (byte 59 is 0xc3)", None)
+
+
+@pytest.mark.parametrize("method, params, message", [
+    ("SendMessage", {"message": user_message(messageId="m" * 201)},
+     "params.message.messageId is longer than 200 characters"),
+    ("SendMessage", {"message": user_message(contextId="c" * 201)},
+     "params.message.contextId is longer than 200 characters"),
+    ("SendMessage", {"message": user_message(taskId="t" * 201)}, "params.message.taskId is longer than 200 characters"),
+    ("GetTask", {"id": "t" * 201}, "params.id is longer than 200 characters"),
+    ("ListTasks", {"contextId": "c" * 201}, "params.contextId is longer than 200 characters"),
+    ("CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.test/" + "u" * 2030},
+     "params.url is longer than 2048 characters"),
+    ("CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.test/", "id": "i" * 201},
+     "params.id is longer than 200 characters"),
+    ("CreateTaskPushNotificationConfig",
+     {"taskId": "t", "url": "https://example.test/", "authentication": {"scheme": "B" * 65}},
+     "params.authentication.scheme is longer than 64 characters"),
+    ("GetTaskPushNotificationConfig", {"taskId": "t", "id": "i" * 201}, "params.id is longer than 200 characters"),
+])
+def test_a_string_longer_than_its_column_is_refused_with_the_limit(rpc, echo_agent, alice_key, method, params, message):
+    response = rpc("/agents/acme/echo/", method, params, key=alice_key, request_id=7)
+    assert_refused(response, -32602, message)
+
+
+@pytest.mark.parametrize("role", [{"a": 1}, ["ROLE_USER"], True, 1.5, None])
+def test_a_role_of_the_wrong_type_is_invalid_params(rpc, echo_agent, alice_key, role):
+    body = send_body({"message": {**user_message(), "role": role}})
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
+                   "params.message.role must be ROLE_USER or ROLE_AGENT")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("messageId", ["m"]), ("messageId", {"m": 1}), ("contextId", 5), ("taskId", {"id": 1}), ("parts", {"text": "x"}),
+    ("metadata", "m"), ("extensions", [1]), ("referenceTaskIds", "t"),
+])
+def test_a_value_of_the_wrong_type_anywhere_in_a_message_is_invalid_params(rpc, echo_agent, alice_key, field, value):
+    body = send_body({"message": {**user_message(), field: value}})
+    response = rpc.raw("/agents/acme/echo/", body, key=alice_key)
+    assert response.body["id"] == 7 and response.error["code"] == -32602
+    assert f"params.message.{field}" in response.error["message"]
+
+
+@pytest.mark.parametrize("raw, message", [
+    (b"1" + b"0" * 30, "params.historyLength is a number out of range"),
+    (b"1e400", "params.historyLength is a number out of range"),
+    (b"2147483648", "params.historyLength must be at most 2147483647, got 2147483648"),
+    (b'"99999999999999"', "params.historyLength must be between 0 and 2147483647, got '99999999999999'"),
+    (b"-1", "params.historyLength must be at least 0, got -1"),
+    (b"1.5", "params.historyLength must be an integer"),
+    (b'"\xc2\xb2"', "params.historyLength must be an integer"),
+])
+def test_numbers_out_of_range_are_invalid_params(rpc, echo_agent, alice_key, raw, message):
+    body = b'{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"id":"x","historyLength":' + raw + b"}}"
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602, message)
+
+
+@pytest.mark.parametrize("raw", [b"5.0", b'"5"'])
+def test_an_integral_number_or_a_decimal_string_is_an_int32_as_protojson_has_it(rpc, echo_agent, alice_key, raw):
+    body = b'{"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{"pageSize":' + raw + b"}}"
+    assert rpc.raw("/agents/acme/echo/", body, key=alice_key).result["pageSize"] == 5
+
+
+def test_a_nan_literal_is_a_parse_error(rpc, echo_agent, alice_key):
+    body = b'{"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{"pageSize":NaN}}'
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32700,
+                   "request body is not valid JSON: NaN is not a JSON value", None)
+
+
+@pytest.mark.parametrize("body, code, message, request_id", [
+    (b'{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask","params":{"id":"x"}}', -32600,
+     "id is given more than once", None),
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"CancelTask","params":{"id":"x"}}', -32600,
+     "method is given more than once", 1),
+    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","id":"y"}}', -32602,
+     "params.id is given more than once", 1),
+])
+def test_a_member_given_twice_is_refused_not_guessed(rpc, echo_agent, alice_key, body, code, message, request_id):
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), code, message, request_id)
+
+
+# (Django's test client sends an empty body without a Content-Type; the live hostile run sends one.)
+@pytest.mark.parametrize("body, code, message", [
+    (b" \n\t ", -32700, "request body is not valid JSON: Expecting value at line 2 column 3"),
+    (b"[]", -32600, "batch requests are not supported; send one request per call"),
+    (b"null", -32600, "a JSON-RPC request must be a JSON object"),
+])
+def test_empty_and_batch_bodies_are_answered_in_json_rpc(rpc, echo_agent, alice_key, body, code, message):
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), code, message, None)
+
+
+@pytest.mark.parametrize("request_id", ["abc", 0, -5, 2**63, 1.5, ""])
+def test_every_usable_id_is_echoed(rpc, echo_agent, alice_key, request_id):
+    response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, request_id=request_id)
+    assert response.body["id"] == request_id
+
+
+@pytest.mark.parametrize("params", ["x", 5, True, [1]])
+def test_params_that_are_not_an_object_are_invalid_params_with_the_id(rpc, echo_agent, alice_key, params):
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 9, "method": "GetTask", "params": params})
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602, "params must be an object", 9)
+
+
+@pytest.mark.parametrize("content_type", [
+    "multipart/form-data; boundary=x", "multipart/form-data", "application/x-www-form-urlencoded", "", "text/plain",
+    "\x7f\xff garbage",
+])
+def test_any_other_content_type_is_content_type_not_supported_with_the_id(rpc, echo_agent, alice_key, content_type):
+    body = orjson.dumps({"jsonrpc": "2.0", "id": "ct", "method": "GetTask", "params": {"id": "x"}})
+    response = rpc.raw("/agents/acme/echo/", body, key=alice_key, content_type=content_type)
+    error = assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
+    assert response.body["id"] == "ct"
+    assert error["message"].endswith("is not supported; use application/json")
+
+
+def test_a_content_type_answer_to_a_body_that_is_no_request_has_no_id(rpc, echo_agent, alice_key):
+    response = rpc.raw("/agents/acme/echo/", b"--x\r\n\r\n--x--", key=alice_key, content_type="multipart/form-data")
+    assert_a2a_error(response, -32005, "CONTENT_TYPE_NOT_SUPPORTED")
+    assert response.body["id"] is None
+
+
+@pytest.mark.parametrize("path", ["/agents/ac%00me/echo/", "/agents/acme/ec%20ho/", "/agents/acme/" + "e" * 65 + "/",
+                                  "/agents/%C3%A9/echo/"])
+def test_a_path_that_names_no_agent_is_answered_in_json_rpc_without_a_query(rpc, echo_agent, alice_key, path,
+                                                                            django_assert_num_queries):
+    with django_assert_num_queries(0):
+        response = rpc.raw(path, b"{}", key=alice_key)
+    assert response.status == 404
+    assert response.error["code"] == -32600 and response.error["message"].startswith("no agent at /agents/")
+
+
+@pytest.mark.parametrize("key", ["ask_\u00ff\u00fe_x", "ask__x", "ask_0123456789AB_x", "ask_0123456789ab", "nonsense"])
+def test_a_key_that_cannot_be_one_is_refused_without_a_query(rpc, echo_agent, key, django_assert_max_num_queries):
+    with django_assert_max_num_queries(1):  # the agent
+        response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=key)
+    assert response.status == 401 and response.error["message"] == "invalid API key"

@@ -133,3 +133,24 @@ def test_blocking_waits_hold_no_thread_in_the_web_process(live, conformance_agen
         results = [f.result(timeout=30) for f in futures]
     assert all(r["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED" for r in results)
     assert during - before < 10, (before, during)
+
+
+@pytest.mark.parametrize("content_type, body", [
+    ("multipart/form-data", b"no boundary, no parts"),
+    ("multipart/form-data; boundary=x", b"--x\r\nnot a part"),
+    ("application/x-www-form-urlencoded", b"a=b&%%%"),
+])
+def test_daphne_hands_form_bodies_to_the_endpoint_which_answers_in_json_rpc(live, echo_agent, alice_key,
+                                                                            content_type, body):
+    # Twisted used to answer a multipart body it could not parse with an empty 400 itself.
+    response = httpx.post(f"{live.url}/agents/acme/echo/", content=body, timeout=10,
+                          headers={**V1, "X-API-Key": alice_key, "Content-Type": content_type})
+    assert response.status_code == 200
+    assert response.json()["error"]["code"] == -32005
+
+
+def test_a_request_in_the_wrong_content_type_is_answered_with_its_id(live, echo_agent, alice_key):
+    body = b'{"jsonrpc":"2.0","id":"mine","method":"GetTask","params":{"id":"x"}}'
+    response = httpx.post(f"{live.url}/agents/acme/echo/", content=body, timeout=10,
+                          headers={**V1, "X-API-Key": alice_key, "Content-Type": "multipart/form-data"})
+    assert response.json()["id"] == "mine" and response.json()["error"]["code"] == -32005

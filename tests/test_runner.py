@@ -116,6 +116,29 @@ def test_invalid_parts_from_an_executor_are_an_invalid_response(run_with):
     assert "hologram" in task.status_changes.last().reason
 
 
+def deep(levels: int):
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("execute, reason", [
+    (lambda ctx: ctx.complete("a\x00b"), "parts[0].text contains U+0000"),
+    (lambda ctx: ctx.complete([{"type": "data", "data": deep(65)}]), "nests deeper than 64 levels"),
+    (lambda ctx: ctx.complete([{"type": "data", "data": {"n": 2**70}}]), "parts[0].data.n is an integer out of range"),
+    (lambda ctx: ctx.complete([{"type": "data", "data": {1: "x"}}]), "member name that is not a string"),
+    (lambda ctx: ctx.artifact("x", artifact_id="a" * 201), "artifact_id is longer than 200 characters"),
+    (lambda ctx: ctx.complete(artifact="x", name="n" * 301), "name is longer than 300 characters"),
+    (lambda ctx: ctx.artifact("x", metadata={"when": object()}), "metadata.when is a object"),
+    (lambda ctx: ctx.reply("hi", metadata={"a": float("nan")}), "metadata.a is a number out of range"),
+])
+def test_what_an_executor_reports_that_the_store_cannot_hold_is_an_invalid_response(run_with, execute, reason):
+    task, _ = run_with(execute)
+    assert task.state == TaskState.FAILED and task.failure == "invalid-response"
+    assert reason in task.status_changes.last().reason
+
+
 def test_cancellation_reaches_a_running_executor(run_with):
     seen = {}
 

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from push.domain import PushConfigInput, PushConfigView
 
 from ... import parts as P
+from ... import storable
 from ...domain import ArtifactView, MessageView, NewMessage, TaskView
 from ...errors import InvalidParams
 from ...lifecycle import EventKind, Role, TaskState
@@ -67,7 +68,7 @@ def parse_timestamp(value: Any, where: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise InvalidParams(f"{where} is not an RFC 3339 timestamp: {value!r}") from None
+        raise InvalidParams(f"{where} is not an RFC 3339 timestamp: {storable.brief(value)}") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed
@@ -82,7 +83,7 @@ def parse_state(value: Any, where: str) -> str:
         return _STATE_NUMBERS[value]
     if isinstance(value, str) and value in _WIRE_TO_STATE:
         return _WIRE_TO_STATE[value]
-    raise InvalidParams(f"{where} must be a TaskState such as TASK_STATE_WORKING, got {value!r}")
+    raise InvalidParams(f"{where} must be a TaskState such as TASK_STATE_WORKING, got {storable.brief(value)}")
 
 
 def _typed(obj: dict, key: str, where: str, check: Callable[[Any], bool], what: str, empty: Any) -> Any:
@@ -95,8 +96,22 @@ def _typed(obj: dict, key: str, where: str, check: Callable[[Any], bool], what: 
     return value
 
 
-def opt_str(obj: dict, key: str, where: str) -> str | None:
-    return _typed(obj, key, where, lambda v: isinstance(v, str), "a string", None)
+def _bounded(value: str, where: str, max_length: int | None) -> str:
+    if max_length is not None and len(value) > max_length:
+        raise InvalidParams(f"{where} is longer than {max_length} characters")
+    return value
+
+
+def opt_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str | None:
+    value = _typed(obj, key, where, lambda v: isinstance(v, str), "a string", None)
+    return None if value is None else _bounded(value, f"{where}.{key}", max_length)
+
+
+def required_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str:
+    value = get(obj, key)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"{where}.{key} is required and must be a non-empty string")
+    return _bounded(value, f"{where}.{key}", max_length)
 
 
 def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
@@ -112,18 +127,26 @@ def opt_bool(obj: dict, key: str, where: str) -> bool | None:
     return _typed(obj, key, where, lambda v: isinstance(v, bool), "true or false", None)
 
 
-def opt_int(obj: dict, key: str, where: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def opt_int(obj: dict, key: str, where: str, *, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int | None:
+    """An int32: as ProtoJSON has it, a JSON number with an integral value or a decimal string."""
     value = get(obj, key)
     if value is None:
         return None
-    # ProtoJSON allows int32 as a JSON number or a decimal string.
-    if isinstance(value, str) and value.lstrip("-").isdigit():
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        if len(value) > 11:  # more digits than any int32 has (and Python caps long conversions)
+            raise InvalidParams(f"{where}.{key} must be between {minimum} and {maximum}, got {storable.brief(value)}")
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidParams(f"{where}.{key} must be an integer")
-    if minimum is not None and value < minimum:
+    if value < minimum:
         raise InvalidParams(f"{where}.{key} must be at least {minimum}, got {value}")
-    if maximum is not None and value > maximum:
+    if value > maximum:
         raise InvalidParams(f"{where}.{key} must be at most {maximum}, got {value}")
     return value
 
@@ -193,10 +216,9 @@ def encode_part(part: P.Part) -> dict[str, Any]:
 def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
     if not isinstance(obj, dict):
         raise InvalidParams(f"{where} must be an object")
-    message_id = get(obj, "messageId")
-    if not isinstance(message_id, str) or not message_id:
-        raise InvalidParams(f"{where}.messageId is required and must be a non-empty string")
-    role = _ROLES.get(obj.get("role"))
+    message_id = required_str(obj, "messageId", where, max_length=storable.ID_LENGTH)
+    role = obj.get("role")
+    role = _ROLES.get(role) if isinstance(role, (str, int)) and not isinstance(role, bool) else None
     if role is None:
         raise InvalidParams(f"{where}.role must be ROLE_USER or ROLE_AGENT")
     raw_parts = get(obj, "parts")
@@ -209,8 +231,8 @@ def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
         metadata=opt_obj(obj, "metadata", where),
         extensions=opt_str_list(obj, "extensions", where),
         reference_task_ids=opt_str_list(obj, "referenceTaskIds", where),
-        context_id=opt_str(obj, "contextId", where) or None,
-        task_id=opt_str(obj, "taskId", where) or None,
+        context_id=opt_str(obj, "contextId", where, max_length=storable.ID_LENGTH) or None,
+        task_id=opt_str(obj, "taskId", where, max_length=storable.ID_LENGTH) or None,
     )
 
 
@@ -308,16 +330,14 @@ def decode_push_config(obj: Any, where: str) -> PushConfigInput:
     """A TaskPushNotificationConfig (its taskId, where present, is the caller's business)."""
     if not isinstance(obj, dict):
         raise InvalidParams(f"{where} must be an object")
-    url = get(obj, "url")
-    if not isinstance(url, str) or not url:
-        raise InvalidParams(f"{where}.url is required and must be a non-empty string")
+    url = required_str(obj, "url", where, max_length=storable.URL_LENGTH)
     auth = opt_obj(obj, "authentication", where)
-    scheme = opt_str(auth, "scheme", f"{where}.authentication") or ""
+    scheme = opt_str(auth, "scheme", f"{where}.authentication", max_length=storable.SCHEME_LENGTH) or ""
     if auth and not scheme:
         raise InvalidParams(f"{where}.authentication.scheme is required, e.g. Bearer")
     return PushConfigInput(
         url=url,
-        config_id=opt_str(obj, "id", where) or "",
+        config_id=opt_str(obj, "id", where, max_length=storable.ID_LENGTH) or "",
         token=opt_str(obj, "token", where) or "",
         auth_scheme=scheme,
         auth_credentials=opt_str(auth, "credentials", f"{where}.authentication") or "",

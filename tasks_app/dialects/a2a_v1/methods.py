@@ -19,7 +19,7 @@ from push import selectors as push_selectors, services as push_services
 from registry.models import Agent
 from registry.selectors import Principal
 
-from ... import dbcalls, hints, selectors, services, streams
+from ... import dbcalls, hints, selectors, services, storable, streams
 from ...errors import (
     ExtendedAgentCardNotConfigured, InvalidAgentResponse, InvalidParams, PushNotificationNotSupported,
     TaskNotFound, UnsupportedOperation,
@@ -65,10 +65,7 @@ def _object(params: dict, key: str) -> dict[str, Any]:
 
 
 def _required_id(params: dict, key: str = "id") -> str:
-    value = codec.get(params, key)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"params.{key} is required and must be a non-empty string")
-    return value
+    return codec.required_str(params, key, "params", max_length=storable.ID_LENGTH)
 
 
 def _encoded_task(task_id: Any, history_length: int | None, *, as_reply: bool) -> dict[str, Any]:
@@ -241,7 +238,9 @@ def _last_event_id(call: Call, params: dict[str, Any]) -> int | None:
     try:
         value = int(str(raw).strip())
     except ValueError:
-        raise InvalidParams(f"lastEventId must be an event id this server sent (an integer), not {raw!r}") from None
+        raise InvalidParams(
+            f"lastEventId must be an event id this server sent (an integer), not {storable.brief(raw)}"
+        ) from None
     if value < 0:
         raise InvalidParams("lastEventId must not be negative")
     return value
@@ -302,7 +301,7 @@ async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    context_id = codec.opt_str(params, "contextId", "params") or None
+    context_id = codec.opt_str(params, "contextId", "params", max_length=storable.ID_LENGTH) or None
     status = codec.get(params, "status")
     state = None if status in (None, "", "TASK_STATE_UNSPECIFIED", 0) else codec.parse_state(status, "params.status")
     after_raw = codec.get(params, "statusTimestampAfter")

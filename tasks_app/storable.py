@@ -1,0 +1,189 @@
+"""What the store can hold, decided in one place.
+
+Every JSON value a client sends (a whole request body, in any dialect) and every value an
+agent reports (parts, metadata) passes `check` before it reaches anything that recurses
+over it, stores it or encodes it; so whatever is stored can be read back and encoded by
+every reader. The rules:
+
+- **Nesting**: at most `MAX_DEPTH` (64) levels of arrays and objects. A request body counts
+  itself as the first level; an agent's part counts from the part. Readers wrap stored
+  values in a few levels of their own, far below what any encoder refuses (orjson: 254).
+- **Strings and member names**: no U+0000 (Postgres `text` and `jsonb` cannot hold it) and
+  no lone surrogate (not UTF-8). They are refused, not rewritten: what is stored is exactly
+  what was sent. Binary content belongs in a file part's base64 bytes.
+- **Numbers**: integers within 64 bits (-2^63 … 2^64-1), finite floats; JSON's NaN and
+  Infinity are not JSON and do not parse.
+- **Objects**: member names are unique (as I-JSON, RFC 7493, requires): a name given twice
+  means different things to different parsers, so it is refused rather than guessed.
+- **Lengths** of the values that go into columns (ids, names, URLs) are the columns' own,
+  below; each dialect's codec checks them where it reads the field, so the error names it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any, NamedTuple
+
+MAX_DEPTH = 64
+ID_LENGTH = 200  # message, context, artifact and push config ids; a client's task id
+NAME_LENGTH = 300  # an artifact's name
+URL_LENGTH = 2048  # a push notification URL
+SCHEME_LENGTH = 64  # a push config's authentication scheme
+
+_SHOWN_KEYS = 8
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+class Refused(ValueError):
+    """A value the store cannot hold; the message names where it is and which rule it breaks,
+    `path` holds the member names and indexes from `where` down to it."""
+
+    def __init__(self, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class Malformed(ValueError):
+    """Bytes that are not JSON (or not UTF-8); the message says where."""
+
+
+class _Duplicated(dict):
+    """An object that named a member twice (the last value kept); `check` refuses it where
+    it knows the object's path."""
+
+    duplicate: str
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    duplicated = _Duplicated(obj)
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            duplicated.duplicate = name
+            break
+        seen.add(name)
+    return duplicated
+
+
+def _constant(name: str) -> Any:
+    raise Malformed(f"{name} is not a JSON value")
+
+
+def _integer(digits: str) -> int | float:
+    # Twenty characters hold every 64-bit integer; anything longer is out of range, and
+    # Python would refuse to convert more than 4,300 digits at all. An infinite value
+    # makes `check` say so with the number's path.
+    return int(digits) if len(digits) <= 20 else math.copysign(math.inf, -1 if digits[0] == "-" else 1)
+
+
+_decoder = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant, parse_int=_integer)
+
+
+def loads(body: bytes) -> Any:
+    """A request body as JSON (UTF-8, RFC 8259). Malformed if it is not JSON; Refused if it
+    nests so deep that the parser gives up (far beyond MAX_DEPTH). Then `check` it."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Malformed(f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x})") from None
+    try:
+        return _decoder.decode(text)
+    except json.JSONDecodeError as exc:
+        raise Malformed(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise Refused(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
+
+
+class _At(NamedTuple):
+    """Where a value sits, for the error message only (built when one is needed)."""
+
+    parent: _At | None
+    key: str | int
+
+
+def _refused(where: str, at: _At | None, rule: str) -> Refused:
+    keys: list[str | int] = []
+    while at is not None:
+        keys.append(at.key)
+        at = at.parent
+    keys.reverse()
+    path = where
+    # A path through a deep value would repeat itself for a whole line: its head says where.
+    shown = keys if len(keys) <= _SHOWN_KEYS else keys[:_SHOWN_KEYS]
+    for key in shown:
+        if isinstance(key, int):
+            path += f"[{key}]"
+        elif key.isidentifier():
+            path += f".{key}" if path else key
+        else:
+            path += f"[{brief(key)}]"
+    if len(shown) < len(keys):
+        path += f"… ({len(keys)} levels down)"
+    return Refused(f"{path or 'the value'} {rule}", tuple(keys))
+
+
+def _describe(text: str) -> str:
+    found = _UNSTORABLE.search(text)
+    assert found is not None
+    char = found.group()
+    what = "U+0000" if char == "\x00" else f"a lone surrogate (U+{ord(char):04X})"
+    return f"contains {what}, which this server does not accept"
+
+
+def check(value: Any, *, where: str = "", depth: int = 1) -> None:
+    """Refused unless the store can hold `value` and every reader can give it back (the
+    rules above). `where` names it in messages; `depth` is the level `value` sits at.
+    Iterative, so that no recursion runs on a value before its depth is known."""
+    deep = f"nests deeper than {MAX_DEPTH} levels of arrays and objects"
+    todo: list[tuple[Any, int, _At | None]] = [(value, depth, None)]
+    while todo:
+        item, level, at = todo.pop()
+        if isinstance(item, str):
+            if _UNSTORABLE.search(item):
+                raise _refused(where, at, _describe(item))
+        elif isinstance(item, dict):
+            if level > MAX_DEPTH:
+                raise _refused(where, at, deep)
+            if isinstance(item, _Duplicated):
+                raise _refused(where, _At(at, item.duplicate), "is given more than once")
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise _refused(where, at, f"has a member name that is not a string: {brief(key)}")
+                if _UNSTORABLE.search(key):
+                    raise _refused(where, at, f"has a member name that {_describe(key)}")
+                todo.append((child, level + 1, _At(at, key)))
+        elif isinstance(item, (list, tuple)):
+            if level > MAX_DEPTH:
+                raise _refused(where, at, deep)
+            todo.extend((child, level + 1, _At(at, index)) for index, child in enumerate(item))
+        elif item is None or isinstance(item, bool):
+            continue
+        elif isinstance(item, int):
+            if not _INT_MIN <= item <= _INT_MAX:
+                raise _refused(where, at, "is an integer out of range (at most 64 bits)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise _refused(where, at, "is a number out of range")
+        else:
+            raise _refused(where, at, f"is a {type(item).__name__}, which is not a JSON value")
+
+
+def check_text(value: str, *, where: str, max_length: int) -> str:
+    """A string bound for a column: storable (as `check`) and at most `max_length` long."""
+    if len(value) > max_length:
+        raise Refused(f"{where} is longer than {max_length} characters ({len(value)})")
+    if _UNSTORABLE.search(value):
+        raise Refused(f"{where} {_describe(value)}")
+    return value
+
+
+def brief(value: Any, limit: int = 60) -> str:
+    """A client's value as error messages quote it: repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
