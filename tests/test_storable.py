@@ -1,6 +1,7 @@
 """What the store can hold: the one check every client value and agent value passes."""
 
 import datetime
+import json
 
 import orjson
 import pytest
@@ -145,3 +146,50 @@ def test_whatever_passes_the_check_can_be_written_and_read_back(value):
     # What readers do with it: encode it (nested under a few levels of their own) and parse it.
     written = orjson.dumps({"result": {"task": {"history": [{"parts": [{"data": value}]}]}}})
     assert orjson.loads(written)["result"]["task"]["history"][0]["parts"][0]["data"] == value
+
+
+def test_a_raw_control_character_in_a_string_is_not_json():
+    with pytest.raises(Malformed, match="Invalid control character"):
+        loads(b'{"a": "x\x00y"}')
+
+
+# Values with everything the rules refuse, at any depth.
+hostile_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(st.characters(codec=None))
+    | st.sampled_from(["\x00", "\ud800", "a\udfffb", 2**64, float("nan")]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
+    | st.builds(lambda v: nested(MAX_DEPTH, v), children),
+    max_leaves=20,
+)
+
+
+def passes(value, **kwargs) -> bool:
+    try:
+        check(value, **kwargs)
+    except Refused:
+        return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(hostile_values)
+def test_the_fast_pass_and_the_explaining_pass_agree(value):
+    from tasks_app.storable import _clean, _explain
+
+    try:
+        _explain(value, "", 1)
+        explained = True
+    except Refused:
+        explained = False
+    assert _clean(value, 1, True) == explained
+
+
+@settings(max_examples=400, deadline=None)
+@given(hostile_values, st.booleans())
+def test_a_body_without_an_unstorable_escape_holds_no_unstorable_string(value, ascii_only):
+    try:
+        body = json.dumps({"v": value}, ensure_ascii=ascii_only, allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):  # NaN; a lone surrogate written raw is not UTF-8
+        return
+    parsed = loads(body)
+    assert passes(parsed, strings=storable.escapes_unstorable(body)) == passes(parsed)
