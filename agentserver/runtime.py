@@ -1,6 +1,7 @@
-"""Process-level tuning of the long-running servers: daphne (`agentserver.asgi`) and the
-Celery worker (`agentserver.celery`). Neither changes what any request does, only what it
-costs; `tests/test_runtime.py` pins that.
+"""Process-level settings of the long-running servers: daphne (`agentserver.asgi`) and the
+Celery worker (`agentserver.celery`). The collector's tuning changes only what a request
+costs; under daphne, request bodies reach the application as sent, forms included (the one
+change of behaviour: an agent endpoint answers those in JSON-RPC). `tests/test_runtime.py`.
 """
 
 from __future__ import annotations
