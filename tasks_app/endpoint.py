@@ -100,12 +100,12 @@ def _error(request_id: Any, code: int, message: str, status: int = 200) -> Reply
 
 
 def _id_if_any(body: bytes) -> Any:
-    """The id of the request in `body` if it is a valid one: an answer that refuses the
+    """The id of the request in `body`, if it has a usable one: an answer that refuses the
     request before reading it (its Content-Type) still goes to the right caller."""
     try:
         return jsonrpc.parse(body).id
-    except jsonrpc.EnvelopeError:
-        return None
+    except jsonrpc.EnvelopeError as exc:
+        return exc.request_id
 
 
 def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | None, Principal | None]:

@@ -87,18 +87,51 @@ _decoder = json.JSONDecoder(object_pairs_hook=_object, parse_constant=_constant,
 
 
 def loads(body: bytes) -> Any:
-    """A request body as JSON (UTF-8, RFC 8259). Malformed if it is not JSON; Refused if it
-    nests so deep that the parser gives up (far beyond MAX_DEPTH). Then `check` it."""
+    """A request body as JSON (UTF-8, RFC 8259), or Malformed. Then `check` it.
+
+    A body nested so deep that the parser gives up (about 1,000 levels) is read no further
+    than MAX_DEPTH: each value that opens a level past it is read as `[]`, which `check`
+    refuses with its path, so the answer still names the place and echoes the request's id."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Malformed(f"the body is not UTF-8 (byte {exc.start} is {body[exc.start]:#04x})") from None
     try:
-        return _decoder.decode(text)
+        try:
+            return _decoder.decode(text)
+        except RecursionError:
+            return _decoder.decode(_cut_below_max_depth(text))
     except json.JSONDecodeError as exc:
         raise Malformed(f"{exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise Refused(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
+
+
+# A string, or a run of openers, or a run of closers: a deep body is a few long runs.
+_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[{]+|[\]}]+', re.S)
+
+
+def _cut_below_max_depth(text: str) -> str:
+    """`text` with every value that opens level MAX_DEPTH + 1 replaced by `[]`."""
+    pieces: list[str] = []
+    depth, kept_from, cutting = 0, 0, False
+    for run in _STRUCTURE.finditer(text):
+        first = text[run.start()]
+        if first == '"':
+            continue
+        size = run.end() - run.start()
+        if first in "[{":
+            if not cutting and depth + size > MAX_DEPTH:
+                cut_at = run.start() + MAX_DEPTH - depth
+                pieces += (text[kept_from:cut_at], "[]")
+                cutting = True
+            depth += size
+        else:
+            if cutting and depth - size <= MAX_DEPTH:
+                kept_from = run.start() + depth - MAX_DEPTH
+                cutting = False
+            depth -= size
+    if not cutting:
+        pieces.append(text[kept_from:])
+    return "".join(pieces)
 
 
 class _At(NamedTuple):

@@ -305,10 +305,20 @@ def test_nesting_past_the_limit_in_the_envelope_is_an_invalid_request_with_the_i
                    "e")
 
 
-def test_nesting_deeper_than_any_parser_goes_is_an_invalid_request(rpc, echo_agent, alice_key):
-    body = b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":' + b"[" * 50_000 + b"]" * 50_000 + b"}"
+def test_nesting_deeper_than_any_parser_goes_is_refused_where_it_passes_the_limit_with_the_id(
+        rpc, echo_agent, alice_key):
+    body = (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","metadata":'
+            + b"[" * 50_000 + b"]" * 50_000 + b"}}")
+    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
+                   "params.metadata[0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels "
+                   "of arrays and objects", 1)
+
+
+def test_nesting_deeper_than_any_parser_goes_in_the_envelope_is_an_invalid_request_with_the_id(
+        rpc, echo_agent, alice_key):
+    body = b'{"x":' + b'{"a":' * 5_000 + b"0" + b"}" * 5_000 + b',"jsonrpc":"2.0","id":"late","method":"GetTask"}'
     assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600,
-                   "the body nests arrays and objects deeper than 64 levels", None)
+                   "x.a.a.a.a.a.a.a… (64 levels down) nests deeper than 64 levels of arrays and objects", "late")
 
 
 @pytest.mark.parametrize("where, message_fields, path", [

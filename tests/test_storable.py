@@ -43,9 +43,40 @@ def test_what_is_not_json_is_malformed(body):
         loads(body)
 
 
-def test_nesting_past_the_parsers_own_limit_is_refused_not_a_recursion_error():
-    with pytest.raises(Refused, match=f"deeper than {MAX_DEPTH} levels"):
-        loads(b"[" * 100_000 + b"]" * 100_000)
+def test_nesting_past_the_parsers_own_limit_is_read_to_the_limit_and_refused_there():
+    value = loads(b"[" * 100_000 + b"]" * 100_000)
+    error = refusal(value)
+    assert str(error).endswith(f"nests deeper than {MAX_DEPTH} levels of arrays and objects")
+    assert error.path == (0,) * MAX_DEPTH
+
+
+def test_a_body_past_the_parsers_limit_keeps_its_shallow_members_whatever_the_strings_hold():
+    deep = b'["[{\\\"]", {"k]": ' * 3_000 + b"0" + b"}]" * 3_000
+    value = loads(b'{"a": "]]}", "deep": ' + deep + b', "id": 7, "b": ["{"]}')
+    assert (value["a"], value["id"], value["b"]) == ("]]}", 7, ["{"])
+    assert refusal(value).path[0] == "deep"
+
+
+def test_a_body_past_the_parsers_limit_that_is_not_json_near_the_top_is_malformed():
+    with pytest.raises(Malformed):
+        loads(b'{"id": 1, "a": ' + b"[" * 5_000 + b"]" * 5_000 + b"} x")
+    with pytest.raises(Malformed):
+        loads(b'{"id": 1, "a": ' + b"[" * 5_000 + b"]" * 4_000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shallow=st.recursive(st.none() | st.integers() | st.text("[]{}\\\"ab"), lambda inner: st.lists(inner, max_size=3)
+                            | st.dictionaries(st.text("[]{}\\\"ab", max_size=3), inner, max_size=3), max_leaves=10),
+       depth=st.integers(10_000, 30_000))  # past the parser even with the recursion limit hypothesis raises
+def test_reading_past_the_parsers_limit_agrees_with_reading_a_body_it_can_take(shallow, depth):
+    # A body the parser gives up on reads as the body cut at the limit would: everything
+    # above the limit kept, the first level past it `[]`, which `check` refuses there.
+    def body(levels):
+        text = json.dumps({"before": shallow, "deep": "@", "after": shallow})
+        return text.replace('"@"', "[" * levels + "]" * levels).encode()
+    whole, cut = loads(body(MAX_DEPTH)), loads(body(depth))
+    assert whole == cut
+    assert refusal(whole).path == refusal(cut).path
 
 
 def test_a_member_given_twice_is_refused_at_its_path():
