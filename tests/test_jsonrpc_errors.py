@@ -253,16 +253,22 @@ def test_a_params_value_that_is_not_an_object_is_invalid_params(rpc, echo_agent,
     assert_envelope_error(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602)
 
 
-def test_an_unexpected_failure_is_an_internal_error_without_details(rpc, echo_agent, alice_key, monkeypatch):
+def test_an_unexpected_failure_is_an_internal_error_with_the_id_and_its_traceback_is_logged(
+        rpc, echo_agent, alice_key, monkeypatch, caplog):
+    # The safety net: only a bug reaches it (tests/test_hostile.py shows no input does).
     from tasks_app.dialects.a2a_v1 import methods
 
     async def broken(call, params):
         raise RuntimeError("secret internals")
 
     monkeypatch.setitem(methods.METHODS, "GetTask", broken)
-    response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key)
+    with caplog.at_level("ERROR", logger="tasks_app.endpoint"):
+        response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, request_id="r")
     error = assert_envelope_error(response, -32603)
+    assert response.body["id"] == "r"
     assert "secret" not in error["message"]
+    [logged] = [record for record in caplog.records if record.name == "tasks_app.endpoint"]
+    assert logged.exc_info[0] is RuntimeError
 
 
 # --- hostile input: each class with its exact answer (tests/test_hostile.py tries them all) ---
@@ -487,3 +493,4 @@ def test_a_key_that_cannot_be_one_is_refused_without_a_query(rpc, echo_agent, ke
     with django_assert_max_num_queries(1):  # the agent
         response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=key)
     assert response.status == 401 and response.error["message"] == "invalid API key"
+
