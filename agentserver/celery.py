@@ -33,3 +33,12 @@ def _tune_gc(**_: object) -> None:
     from agentserver import runtime
 
     runtime.tune_gc()
+
+
+@signals.task_prerun.connect
+def _drop_dead_connections(**_: object) -> None:
+    # After a Postgres restart the connection this child kept is dead: give it up before the
+    # run, not hundreds of failed runs later (agentserver/runtime.py).
+    from agentserver import runtime
+
+    runtime.drop_dead_connections()

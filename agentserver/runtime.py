@@ -1,7 +1,9 @@
 """Process-level settings of the long-running servers: daphne (`agentserver.asgi`) and the
 Celery worker (`agentserver.celery`). The collector's tuning changes only what a request
 costs; under daphne, request bodies reach the application as sent, forms included (the one
-change of behaviour: an agent endpoint answers those in JSON-RPC). `tests/test_runtime.py`.
+change of behaviour: an agent endpoint answers those in JSON-RPC). A worker gives up a
+database connection the server has closed before it runs the next task on it.
+`tests/test_runtime.py`.
 """
 
 from __future__ import annotations
@@ -9,9 +11,15 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
+import logging
 import sys
 
 from django.conf import settings
+from django.db import connections
+
+from agentserver.postgres.base import ended_by_server
+
+log = logging.getLogger(__name__)
 
 
 def tune_gc() -> None:
@@ -58,3 +66,32 @@ def leave_request_bodies_to_the_application() -> None:
 
     __init__.leaves_bodies_alone = True  # type: ignore[attr-defined]
     web_request.__init__ = __init__
+
+
+def drop_dead_connections() -> int:
+    """Close the database connections this thread keeps that cannot serve another query; the
+    next query opens a fresh one. How many were closed.
+
+    A Celery worker child keeps its connection from task to task (`CELERY_DB_REUSE_MAX`), so
+    after a Postgres restart it would fail every run on the dead one until Celery recycled it,
+    hundreds of tasks later. Dead means: a query on it failed and a probe fails too (Django's
+    own rule), or Postgres has ended its session (`agentserver.postgres`: a poll of the socket,
+    no round trip)."""
+    closed = 0
+    for connection in connections.all(initialized_only=True):
+        if connection.vendor != "postgresql" or connection.connection is None or connection.in_atomic_block:
+            continue
+        if _unusable(connection):
+            log.warning("dropping the %s database connection: the server closed it", connection.alias)
+            try:
+                connection.close()
+            except Exception:  # noqa: BLE001 - it is dead; all we want is to stop using it
+                connection.connection = None
+            closed += 1
+    return closed
+
+
+def _unusable(connection) -> bool:
+    if connection.errors_occurred:
+        return not connection.is_usable()
+    return ended_by_server(connection.connection)

@@ -79,6 +79,8 @@ if EMBEDDED:
 else:
     DATABASES = {"default": env.db_url("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/agentserver")}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"]["ENGINE"] = "agentserver.postgres"  # skips sessions Postgres ended
     # Only the hot path's fixed statements (tasks_app.sql, on server-bound cursors) are
     # prepared; Django's own queries bind on the client and never are. Turn it off
     # (DB_PREPARE=0) behind a transaction pooler that cannot carry prepared statements.

@@ -73,3 +73,4 @@ class Failure(models.TextChoices):
     TIME_LIMIT = "time-limit", "the agent exceeded its time limit"
     WORKER_LOST = "worker-lost", "the worker running the agent was lost"
     MISCONFIGURED = "misconfigured", "the agent is misconfigured"
+    STORE_UNAVAILABLE = "store-unavailable", "the task store was unavailable while the agent ran"

@@ -9,7 +9,7 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from . import services
 from .errors import InvalidTransition, TaskClosed
@@ -19,11 +19,23 @@ from .storable import Refused
 
 log = logging.getLogger(__name__)
 
+# The task store went away (restart, failover, network): our fault, never the agent's.
+STORE_ERRORS = (OperationalError, InterfaceError)
+
 
 def run(*, task_id: Any, run_token: Any) -> str:
-    """Returns what happened, for logs and tests: claimed elsewhere (or gone), done, failed, closed."""
-    run_token = uuid.UUID(str(run_token))  # Celery hands it over as a string
+    """Returns what happened, for logs and tests: claimed elsewhere (or gone), done, failed,
+    closed, or store-unavailable: the store could not be reached to record the outcome (the
+    sweeper sends an unclaimed run again, and settles a claimed one once the store is back)."""
+    try:
+        return _run(task_id=task_id, run_token=uuid.UUID(str(run_token)))  # Celery hands the token over as a string
+    except STORE_ERRORS as exc:
+        _discard_connections()
+        log.warning("task %s: the task store is unavailable (%s)", task_id, str(exc).strip())
+        return "store-unavailable"
 
+
+def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
     def fail(failure: str, reason: str) -> str:
         services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason)
         return "failed"
@@ -53,6 +65,10 @@ def run(*, task_id: Any, run_token: Any) -> str:
         return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
     except (InvalidTransition, Refused) as exc:  # a part, an id or a name the store cannot hold
         return fail(Failure.INVALID_RESPONSE, f"the agent gave an invalid response: {exc}")
+    except STORE_ERRORS as exc:  # raised by a ctx call: the store failed, not the agent
+        _discard_connections()
+        log.warning("task %s: the task store failed while the agent ran (%s)", task_id, str(exc).strip())
+        return fail(Failure.STORE_UNAVAILABLE, "the task store was unavailable while the agent ran")
     except Exception as exc:  # noqa: BLE001 - an agent's bug must never leave its task hanging
         log.exception("executor %s failed on task %s", executor.name, task_id)
         return fail(Failure.AGENT_ERROR, f"the agent raised {type(exc).__name__}")

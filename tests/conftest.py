@@ -111,6 +111,31 @@ def receiver():
     running.stop()
 
 
+def end_sessions(where: str, *params: Any) -> int:
+    """End the Postgres sessions `where` selects in pg_stat_activity (as a restart ends them
+    all), from a connection of its own; how many were ended."""
+    import psycopg
+    from django.db import connection
+
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                         dbname=db["NAME"], autocommit=True) as admin:
+        ended = admin.execute(
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND ({where})",
+            params,
+        ).fetchall()
+    return len(ended)
+
+
+def backend_pid() -> int:
+    """The Postgres session of Django's default connection in this thread."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
 def run_async(coro):
     """asyncio.run, then close the connection the ORM opened on asgiref's worker thread."""
     import asyncio

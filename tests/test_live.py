@@ -154,3 +154,20 @@ def test_a_request_in_the_wrong_content_type_is_answered_with_its_id(live, echo_
     response = httpx.post(f"{live.url}/agents/acme/echo/", content=body, timeout=10,
                           headers={**V1, "X-API-Key": alice_key, "Content-Type": "multipart/form-data"})
     assert response.json()["id"] == "mine" and response.json()["error"]["code"] == -32005
+
+
+def test_every_session_ended_as_by_a_postgres_restart_costs_no_request_and_no_run(live, echo_agent, alice_key):
+    from tests.conftest import backend_pid, end_sessions
+
+    path = "/agents/acme/echo/"
+    for _ in range(4):  # every worker child and web thread holds a session now
+        assert call(live, path, "SendMessage", {"message": user_message("before")}, alice_key)["result"]["task"]
+    ended = end_sessions("datname = current_database() AND backend_type = 'client backend' AND pid <> %s",
+                         backend_pid())
+    assert ended >= 2, "the web process and the worker each held a session"
+    time.sleep(0.3)
+
+    for n in range(8):
+        task = call(live, path, "SendMessage", {"message": user_message(f"after {n}")}, alice_key, timeout=15)
+        assert task["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", task
+    assert "store-unavailable" not in live.log("worker") and "Traceback" not in live.log("worker")

@@ -12,7 +12,7 @@ from tasks_app.domain import NewMessage
 from tasks_app.executors import REGISTRY, Executor
 from tasks_app.lifecycle import TaskState
 from tasks_app.models import Task
-from tests.conftest import make_agent
+from tests.conftest import backend_pid, end_sessions, make_agent
 
 pytestmark = pytest.mark.usefixtures("store_path")
 
@@ -103,6 +103,34 @@ def test_a_time_limit_that_strikes_mid_query_leaves_the_worker_able_to_use_the_d
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_store_that_goes_away_while_the_agent_runs_is_not_the_agents_fault(run_with):
+    def writes_after_a_restart(ctx):
+        ctx.working()
+        end_sessions("pid = %s", backend_pid())  # as a Postgres restart would
+        ctx.complete("never stored")
+
+    task, outcome = run_with(writes_after_a_restart)
+    assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "store-unavailable"
+    assert task.status_changes.last().reason == "the task store was unavailable while the agent ran"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_that_cannot_reach_the_store_stays_unclaimed_for_the_sweeper_to_send_again(tenant, monkeypatch):
+    from tasks_app import tasks
+
+    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    agent = make_agent(tenant, "echo", "echo")
+    message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
+    task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+    end_sessions("pid = %s", backend_pid())
+
+    assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "store-unavailable"
+    task.refresh_from_db()  # on a fresh connection: the runner gave the dead one up
+    assert task.run_claimed_at is None and task.state == TaskState.SUBMITTED
+    assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "done"
 
 
 def test_an_executor_that_returns_without_settling_breaks_the_contract(run_with):

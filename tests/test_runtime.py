@@ -1,10 +1,12 @@
 """Process tuning changes what a request costs, never what it does."""
 
 import gc
+import time
 
 import pytest
 
 from agentserver import runtime
+from tests.conftest import backend_pid, end_sessions
 
 
 @pytest.fixture
@@ -73,3 +75,37 @@ def test_a_worker_runs_four_children_unless_told_otherwise():
     from agentserver.celery import app
 
     assert app.conf.worker_concurrency == 4
+
+
+# --- database connections of a worker ---------------------------------------------------
+
+@pytest.mark.django_db(transaction=True)
+def test_a_healthy_connection_is_kept():
+    from django.db import connection
+
+    pid = backend_pid()
+    assert runtime.drop_dead_connections() == 0
+    assert connection.connection is not None and backend_pid() == pid
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_whose_session_postgres_ended_is_dropped_before_it_fails_a_query():
+    pid = backend_pid()
+    assert end_sessions("pid = %s", pid) == 1
+    time.sleep(0.2)  # the server's goodbye reaches the socket
+    assert runtime.drop_dead_connections() == 1
+    assert backend_pid() != pid  # a fresh session, no error on the way
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_that_failed_a_query_and_fails_the_probe_is_dropped():
+    from django.db import OperationalError, connection
+
+    end_sessions("pid = %s", backend_pid())
+    time.sleep(0.2)
+    with pytest.raises(OperationalError):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    assert connection.errors_occurred
+    assert runtime.drop_dead_connections() == 1
+    assert backend_pid()

@@ -1,0 +1,1 @@
+"""Django's PostgreSQL backend, with connections Postgres has ended left out (`base`)."""

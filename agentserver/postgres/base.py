@@ -1,0 +1,36 @@
+"""Django's PostgreSQL backend, except that a connection from the pool that the server has
+already ended (a Postgres restart, `pg_terminate_backend`) is discarded for another instead
+of failing the query it was taken for. Django's own remedy, CONN_HEALTH_CHECKS, costs a
+round trip per checkout; this costs a poll of the socket: an ended session has been sent a
+last message and the end of the stream, an idle healthy one has been sent nothing.
+"""
+
+from __future__ import annotations
+
+import select
+from typing import Any
+
+from django.db.backends.postgresql import base
+
+
+def ended_by_server(connection: Any) -> bool:
+    """Whether Postgres has written to (or closed) this idle psycopg connection."""
+    if connection.closed:
+        return True
+    readable, _, _ = select.select([connection.fileno()], [], [], 0)
+    return bool(readable)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        pool = self.pool
+        connection = super().get_new_connection(conn_params)
+        if pool is None:
+            return connection
+        for _ in range(pool.max_size):  # every pooled one may have been ended at once
+            if not ended_by_server(connection):
+                break
+            connection.close()
+            pool.putconn(connection)  # closed: the pool drops it and opens a new one in time
+            connection = super().get_new_connection(conn_params)
+        return connection

@@ -1,0 +1,35 @@
+"""The database backend tells a session Postgres has ended from a healthy idle one."""
+
+import time
+
+import psycopg
+import pytest
+
+from agentserver.postgres.base import ended_by_server
+from tests.conftest import end_sessions
+
+
+@pytest.fixture
+def session(db):
+    from django.db import connection
+
+    settings = connection.settings_dict
+    with psycopg.connect(host=settings["HOST"] or "127.0.0.1", port=settings["PORT"] or 5432,
+                         user=settings["USER"] or "postgres", dbname=settings["NAME"], autocommit=True) as conn:
+        yield conn
+
+
+def test_an_idle_healthy_session_is_not_ended(session):
+    session.execute("SELECT 1")
+    assert not ended_by_server(session)
+
+
+def test_a_session_postgres_ended_is_seen_without_a_query(session):
+    assert end_sessions("pid = %s", session.info.backend_pid) == 1
+    time.sleep(0.2)  # the server's goodbye reaches the socket
+    assert ended_by_server(session)
+
+
+def test_a_closed_connection_is_ended(session):
+    session.close()
+    assert ended_by_server(session)
