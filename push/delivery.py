@@ -34,6 +34,7 @@ SIGNATURE_HEADER = "A2A-Push-Signature"
 EVENT_ID_HEADER = "A2A-Push-Event-Id"
 ATTEMPT_HEADER = "A2A-Push-Attempt"
 TOKEN_HEADER = "X-A2A-Notification-Token"  # the name a2a-python receivers read the token from
+GONE = 410
 
 
 def run(*, config_pk: int) -> str:
@@ -96,6 +97,8 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         destination = ssrf.check(due.url)
     except ssrf.Refused as exc:
         return record(status_code=None, latency_ms=0, error=f"refused: {exc}", permanent=True)
+    except ssrf.Unresolved as exc:  # DNS fails for a while as connections do: retried alike
+        return record(status_code=None, latency_ms=0, error=str(exc))
     claims = signing.notification_claims(body=body, task_id=due.task_id, event_id=due.event_id, audience=due.url)
     try:
         headers = headers_for(due, body=body, signature=signing.sign(claims))
@@ -118,4 +121,5 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     return record(
         status_code=response.status, latency_ms=response.latency_ms, error=error,
         jti=claims["jti"], retry_after=retry_after,
+        permanent=response.status == GONE,  # the receiver says the URL is gone for good
     )

@@ -76,6 +76,11 @@ class Refused(Exception):
     """The URL may not be pushed to; the message says why, for the client and the log."""
 
 
+class Unresolved(Exception):
+    """The name could not be resolved just now: a fact of the moment (the resolver, the
+    network, a record not yet published), not a decision, so whoever sends tries again later."""
+
+
 @dataclass(frozen=True)
 class Destination:
     """A URL that passed the guard, with the address the connection must go to."""
@@ -178,23 +183,26 @@ def _parse(url: str) -> tuple[str, str, int, str]:
 
 
 def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
-    """The checked destination of `url`, or Refused.
+    """The checked destination of `url`; Refused (a decision: final), or Unresolved when the
+    name does not resolve now (transient: try again later).
 
-    A name that does not resolve is refused, except with `unresolvable_ok` (creating a config:
-    the name may resolve later, and delivery checks again); then None is returned.
-    Resolving is network I/O: never call this inside a database transaction.
+    With `unresolvable_ok` (creating a config: the name may resolve later, and delivery checks
+    again) an unresolved name gives None. Resolving is network I/O: never call this inside a
+    database transaction.
     """
     scheme, host, port, target = _parse(url)
     try:
         addresses = resolve(host, port)
-    except (OSError, UnicodeError) as exc:
+    except UnicodeError as exc:  # IDNA cannot encode it: no resolver ever will
+        raise Refused(f"the host {host!r} is not a valid host name ({exc})") from None
+    except OSError as exc:
         if unresolvable_ok:
             return None
-        raise Refused(f"the host {host!r} could not be resolved ({exc})") from None
+        raise Unresolved(f"the host {host!r} could not be resolved ({exc})") from None
     if not addresses:
         if unresolvable_ok:
             return None
-        raise Refused(f"the host {host!r} has no address")
+        raise Unresolved(f"the host {host!r} has no address")
     allow = allowed_networks()
     for ip in addresses:
         why = address_refusal(ip, allow)

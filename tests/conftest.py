@@ -59,6 +59,7 @@ class FakeDns(dict):
         import socket
 
         self.lookups.append(host)
+        host.encode("idna")  # as socket.getaddrinfo does first: UnicodeError for a name it cannot encode
         if host not in self:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
         return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))

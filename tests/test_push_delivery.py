@@ -163,6 +163,36 @@ def test_a_name_that_resolves_to_a_refused_address_at_delivery_gets_nothing(
         PushDelivery.objects.get().last_error
 
 
+def test_a_name_that_does_not_resolve_for_a_while_is_retried_and_delivered_once_it_does(
+        rpc, echo_agent, alice_key, receiver, push_jobs, dns):
+    send_with_push(rpc, ECHO, alice_key, f"http://late.example.test:{receiver.port}/hook")
+    config = PushConfig.objects.get()
+    push_jobs.clear()
+    for _ in range(2):  # the resolver fails, as DNS does during an outage
+        assert delivery.run(config_pk=config.pk) == "retry"
+        PushConfig.objects.update(next_attempt_at=None)  # the backoff is over
+    attempts = PushDelivery.objects.get(seq=1).attempt_log.order_by("id")
+    assert [a.error for a in attempts] == ["the host 'late.example.test' could not be resolved "
+                                           "([Errno -2] Name or service not known)"] * 2
+    assert PushConfig.objects.get().status == ConfigStatus.ACTIVE
+
+    dns["late.example.test"] = ["127.0.0.1"]
+    push_jobs.clear()
+    delivery.run(config_pk=config.pk)
+    drain_push_jobs(push_jobs)
+    assert seqs(receiver.requests) == list(range(1, Task.objects.get().last_seq + 1))
+
+
+def test_a_receiver_that_answers_gone_gets_nothing_more(rpc, echo_agent, alice_key, receiver, push_jobs):
+    receiver.answer(Answer(410, {}, b"this hook was removed"))
+    send_with_push(rpc, ECHO, alice_key, receiver.url())
+    drain_push_jobs(push_jobs)
+    assert seqs(receiver.requests) == [1]
+    dead = PushDelivery.objects.get()
+    assert dead.state == DeliveryState.DEAD and dead.attempts == 1
+    assert PushConfig.objects.get().status == ConfigStatus.DEAD
+
+
 def test_a_name_that_resolves_to_an_allowed_address_is_delivered_with_its_host(
         rpc, echo_agent, alice_key, receiver, push_jobs, dns):
     dns["receiver.example.test"] = ["127.0.0.1"]

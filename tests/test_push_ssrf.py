@@ -103,10 +103,15 @@ def test_a_hostname_that_resolves_to_a_refused_address_is_refused(dns):
         ssrf.check("http://meta.example.test/latest/meta-data/")
 
 
-def test_a_hostname_that_does_not_resolve_is_refused_at_delivery_but_may_be_registered(dns):
-    with pytest.raises(ssrf.Refused, match="could not be resolved"):
+def test_a_hostname_that_does_not_resolve_is_unresolved_for_now_not_refused_and_may_be_registered(dns):
+    with pytest.raises(ssrf.Unresolved, match="could not be resolved"):
         ssrf.check("https://nowhere.example.test/hook")
     assert ssrf.check("https://nowhere.example.test/hook", unresolvable_ok=True) is None
+
+
+def test_a_hostname_no_resolver_could_look_up_is_refused(dns):
+    with pytest.raises(ssrf.Refused, match="not a valid host name"):
+        ssrf.check("https://" + "a" * 64 + ".example.test/hook")  # a label past 63 characters
 
 
 def test_the_destination_keeps_the_name_and_pins_the_checked_address(dns):
