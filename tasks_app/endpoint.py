@@ -23,7 +23,10 @@ from registry.selectors import Principal, agent_get, api_key_authenticate, calle
 from . import dbcalls, jsonrpc, storable
 from .cards import API_KEY_HEADER, required_extensions
 from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
-from .errors import ContentTypeNotSupported, DomainError, ExtensionSupportRequired, VersionNotSupported
+from .errors import (
+    STORE_ERRORS, STORE_RETRY_AFTER, ContentTypeNotSupported, DomainError, ExtensionSupportRequired,
+    VersionNotSupported,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,15 @@ def _error(request_id: Any, code: int, message: str, status: int = 200) -> Reply
     return Reply(status, jsonrpc.error(request_id, code, message))
 
 
+def _store_unavailable(request_id: Any, exc: Exception, where: str) -> Reply:
+    """HTTP 503 with Retry-After: the request was fine, the store was not there to serve it."""
+    log.warning("%s: the task store is unavailable (%s)", where, str(exc).strip())
+    reply = _error(request_id, jsonrpc.INTERNAL_ERROR,
+                   f"the task store is unavailable; try again in {STORE_RETRY_AFTER} s", 503)
+    reply.headers["Retry-After"] = str(STORE_RETRY_AFTER)
+    return reply
+
+
 def _id_if_any(body: bytes) -> Any:
     """The id of the request in `body`, if it has a usable one: an answer that refuses the
     request before reading it (its Content-Type) still goes to the right caller."""
@@ -137,6 +149,8 @@ def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]
 async def handle(request: RpcRequest) -> Reply | Streamed:
     try:
         return await _handle(request)
+    except STORE_ERRORS as exc:
+        return _store_unavailable(None, exc, f"/agents/{request.tenant}/{request.agent}/")
     except Exception:  # noqa: BLE001 - e.g. the database is down: answer in JSON-RPC, never a page
         log.exception("agent endpoint /agents/%s/%s/ failed", request.tenant, request.agent)
         return _error(None, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged", 500)
@@ -197,6 +211,8 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         return Reply(200, jsonrpc.result(call.id, value), extra)
     except DomainError as exc:
         return Reply(200, jsonrpc.domain_error(call.id, exc), extra)
+    except STORE_ERRORS as exc:
+        return _store_unavailable(call.id, exc, f"{call.method} on {request.tenant}/{request.agent}")
     except Exception:  # noqa: BLE001 - a bug must answer as JSON-RPC, never as a traceback page
         log.exception("internal error in %s on %s/%s", call.method, request.tenant, request.agent)
         return _error(call.id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")

@@ -3,6 +3,13 @@ the A2A code and ErrorInfo reason are kept here because A2A 1.0 is the reference
 
 from __future__ import annotations
 
+from django.db import InterfaceError, OperationalError
+
+# The task store could not be reached (a restart, a failover, the network, a pool with no
+# connection to give): the server's trouble of the moment, never the caller's or the agent's.
+STORE_ERRORS = (OperationalError, InterfaceError)
+STORE_RETRY_AFTER = 5  # seconds a caller is asked to wait: about what a Postgres restart takes
+
 
 class DomainError(Exception):
     code: int = -32603

@@ -9,18 +9,15 @@ from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections
+from django.db import connections
 
 from . import services
-from .errors import InvalidTransition, TaskClosed
+from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
 from .executors import AgentContext, executor_for
 from .lifecycle import Failure, Role
 from .storable import Refused
 
 log = logging.getLogger(__name__)
-
-# The task store went away (restart, failover, network): our fault, never the agent's.
-STORE_ERRORS = (OperationalError, InterfaceError)
 
 
 def run(*, task_id: Any, run_token: Any) -> str:

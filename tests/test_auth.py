@@ -108,7 +108,8 @@ def test_an_unknown_path_under_agents_is_404_in_json(client, db):
     assert response.status_code == 404 and response.json()["error"]
 
 
-def test_a_failing_database_answers_in_json_rpc_not_a_page(rpc, echo_agent, alice_key, monkeypatch):
+def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_a_page(
+        rpc, echo_agent, alice_key, monkeypatch):
     from django.db import OperationalError
 
     from tasks_app import endpoint
@@ -117,6 +118,8 @@ def test_a_failing_database_answers_in_json_rpc_not_a_page(rpc, echo_agent, alic
         raise OperationalError("connection refused")
 
     monkeypatch.setattr(endpoint, "_lookup", down)
+    monkeypatch.setattr(endpoint, "caller_cached", lambda **kwargs: None)
     response = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
-    assert response.status == 500 and response.body["error"]["code"] == -32603
-    assert "refused" not in response.body["error"]["message"]
+    assert response.status == 503 and response.headers["Retry-After"] == "5"
+    assert response.body == {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32603, "message": "the task store is unavailable; try again in 5 s"}}

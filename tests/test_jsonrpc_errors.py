@@ -271,6 +271,22 @@ def test_an_unexpected_failure_is_an_internal_error_with_the_id_and_its_tracebac
     assert logged.exc_info[0] is RuntimeError
 
 
+def test_a_store_outage_during_a_method_is_a_503_with_retry_after_and_the_id(rpc, echo_agent, alice_key,
+                                                                            monkeypatch):
+    from django.db import OperationalError
+
+    from tasks_app.dialects.a2a_v1 import methods
+
+    async def outage(call, params):
+        raise OperationalError("connection failed: Connection refused")
+
+    monkeypatch.setitem(methods.METHODS, "GetTask", outage)
+    response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, request_id="r")
+    assert response.status == 503 and response.headers["Retry-After"] == "5"
+    assert response.body == {"jsonrpc": "2.0", "id": "r", "error": {
+        "code": -32603, "message": "the task store is unavailable; try again in 5 s"}}
+
+
 # --- hostile input: each class with its exact answer (tests/test_hostile.py tries them all) ---
 
 def send_body(params: dict, request_id=7) -> bytes:
