@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Collection
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
@@ -484,9 +484,14 @@ def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) 
     return True
 
 
-def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tuple[Any, Any]], int]:
-    """Find committed work no worker picked up (to enqueue again), and fail runs whose
-    worker vanished (claimed longer ago than the hard time limit allows)."""
+def sweep_stuck_work(
+    *, unclaimed_after: int, lost_after: int, retries: int = 0, rerunnable: Collection[str] = (),
+) -> tuple[list[tuple[Any, Any]], int]:
+    """Find committed work no worker picked up, and runs whose worker vanished (claimed longer
+    ago than the hard time limit allows). Returns the (task id, run token) pairs to enqueue and
+    how many tasks were failed. A lost run of an executor in `rerunnable` is given a fresh
+    token, up to `retries` times per task; after that, or for any other executor, the task
+    fails `worker-lost`."""
     now = timezone.now()
     unclaimed = list(
         Task.objects.filter(
@@ -503,11 +508,18 @@ def sweep_stuck_work(*, unclaimed_after: int, lost_after: int) -> tuple[list[tup
     lost = Task.objects.filter(
         state__in=[TaskState.SUBMITTED, TaskState.WORKING],
         run_claimed_at__lt=now - timezone.timedelta(seconds=lost_after),
-    ).values_list("id", "run_token")[:500]
+    ).values_list("id", "run_token", "run_retries", "agent__executor")[:500]
     failed = 0
-    for task_id, token in lost:
-        failed += run_fail(
-            task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason="the worker running this task was lost"
-        )
+    for task_id, token, tried, executor in lost:
+        if executor in rerunnable and tried < retries:
+            fresh = uuid.uuid4()
+            # Compare-and-set on the lost token: a run that finished meanwhile keeps its outcome.
+            if Task.objects.filter(pk=task_id, run_token=token, state__in=[TaskState.SUBMITTED, TaskState.WORKING]).update(
+                run_token=fresh, run_claimed_at=None, run_requested_at=now, run_retries=tried + 1,
+            ):
+                unclaimed.append((task_id, fresh))
+            continue
+        reason = "the worker running this task was lost" + (f" ({tried + 1} runs)" if tried else "")
+        failed += run_fail(task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason=reason)
     return unclaimed, failed
 

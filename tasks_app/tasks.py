@@ -9,6 +9,7 @@ from celery import shared_task
 from django.conf import settings
 
 from . import runner, services
+from .executors import REGISTRY
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ def enqueue_run(*, task_id: Any, run_token: Any) -> None:
 def sweep_stuck_work() -> dict[str, int]:
     unclaimed, failed = services.sweep_stuck_work(
         unclaimed_after=settings.SWEEP_UNCLAIMED_AFTER,
-        lost_after=settings.AGENT_TIME_LIMIT + 60,
+        lost_after=settings.AGENT_TIME_LIMIT + settings.SWEEP_LOST_GRACE,
+        retries=settings.AGENT_RUN_RETRIES,
+        rerunnable={name for name, executor in REGISTRY.items() if executor.rerunnable},
     )
     for task_id, token in unclaimed:
         enqueue_run(task_id=task_id, run_token=token)

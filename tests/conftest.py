@@ -286,6 +286,19 @@ class LiveStack:
     env: dict[str, str]
     logs: Path
     web_pids: list[int]
+    worker_pid: int = 0
+
+    def worker_children(self) -> list[int]:
+        """The worker's prefork children: the processes that run the agents."""
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.worker_pid:
+                children.append(int(stat.parent.name))
+        return children
 
     @property
     def url(self) -> str:
@@ -357,7 +370,8 @@ def live(django_db_setup, django_db_blocker):
     try:
         _wait_for(web_up, 30, "daphne", logs)
         _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
-        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]])
+        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]],
+                        worker_pid=procs[2].pid)
     finally:
         for proc in procs:
             proc.terminate()

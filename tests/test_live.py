@@ -171,3 +171,35 @@ def test_every_session_ended_as_by_a_postgres_restart_costs_no_request_and_no_ru
         task = call(live, path, "SendMessage", {"message": user_message(f"after {n}")}, alice_key, timeout=15)
         assert task["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", task
     assert "store-unavailable" not in live.log("worker") and "Traceback" not in live.log("worker")
+
+
+def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, alice_key, settings):
+    import os
+    import signal
+
+    from agentserver.celery import app
+    from tasks_app import services, tasks
+    from tasks_app.models import Task
+
+    make_agent(tenant, "slow-writer", "writer", settings={"delay": 1})
+    params = {"message": user_message("a poem about rivers"), "configuration": {"returnImmediately": True}}
+    task_id = call(live, "/agents/acme/slow-writer/", "SendMessage", params, alice_key)["result"]["task"]["id"]
+    poll(live, "/agents/acme/slow-writer/", task_id, alice_key,
+         lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
+    for child in live.worker_children():  # a deploy's SIGKILL, mid-run
+        os.kill(child, signal.SIGKILL)
+    time.sleep(1.5)
+
+    # The sweeper, with the grace after the hard limit spent: the run is lost, and runs again.
+    unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=1, retries=2,
+                                                  rerunnable={"writer"})
+    assert failed == 0 and [u[0] for u in unclaimed] == [uuid.UUID(task_id)]
+    app.conf.task_always_eager = False  # through the broker to the live worker's new children
+    for pk, token in unclaimed:
+        tasks.enqueue_run(task_id=pk, run_token=token)
+    done = poll(live, "/agents/acme/slow-writer/", task_id, alice_key,
+                lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED", timeout=30)
+    assert done["artifacts"] and Task.objects.get(pk=task_id).run_retries == 1
+    seqs = list(Task.objects.get(pk=task_id).events.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))  # the event log has no gap and no duplicate
+

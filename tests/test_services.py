@@ -6,7 +6,7 @@ import pytest
 from django.utils import timezone
 
 from registry.selectors import Principal
-from tasks_app import services
+from tasks_app import runner, services
 from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.errors import InvalidTransition, TaskClosed, TaskNotCancelable
 from tasks_app.lifecycle import TaskState
@@ -194,3 +194,41 @@ def test_the_sweeper_finds_unclaimed_work_and_fails_lost_runs(echo_agent, no_enq
     assert fresh.state == TaskState.SUBMITTED
     # Swept work is not handed out again on the very next sweep.
     assert services.sweep_stuck_work(unclaimed_after=30, lost_after=600) == ([], 0)
+
+
+def test_a_lost_run_of_a_rerunnable_executor_runs_again_until_the_retries_are_spent(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    long_ago = timezone.now() - timezone.timedelta(hours=1)
+    tokens = []
+    for attempt in (1, 2):
+        Task.objects.filter(pk=task.pk).update(run_claimed_at=long_ago, state="working")
+        lost_token = Task.objects.get(pk=task.pk).run_token
+        unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=2,
+                                                      rerunnable={"echo"})
+        task.refresh_from_db()
+        assert failed == 0 and unclaimed == [(task.pk, task.run_token)]
+        assert task.run_token != lost_token and task.run_claimed_at is None and task.run_retries == attempt
+        tokens.append(task.run_token)
+    assert runner.run(task_id=task.pk, run_token=str(tokens[0])) == "not-claimed"  # the lost run's token is spent
+
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=long_ago, state="working")
+    unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=2, rerunnable={"echo"})
+    task.refresh_from_db()
+    assert (unclaimed, failed) == ([], 1)
+    assert task.state == TaskState.FAILED and task.failure == "worker-lost"
+    assert task.status_changes.last().reason == "the worker running this task was lost (3 runs)"
+
+
+def test_a_lost_run_of_an_executor_not_declared_rerunnable_fails_at_once(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1),
+                                           state="working")
+    assert services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=2, rerunnable=set())[1] == 1
+    task.refresh_from_db()
+    assert task.failure == "worker-lost" and task.run_retries == 0
+
+
+def test_the_built_in_executors_declare_themselves_safe_to_run_again():
+    from tasks_app.executors import REGISTRY
+
+    assert all(REGISTRY[name].rerunnable for name in ("echo", "writer", "conformance"))

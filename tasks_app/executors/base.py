@@ -117,6 +117,9 @@ class Executor:
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    # Whether a run cut off midway (its worker killed) may run again from the start: what it
+    # already reported stays, and it must not matter that it reports it twice.
+    rerunnable: ClassVar[bool] = False
 
     def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
         raise NotImplementedError

@@ -89,6 +89,7 @@ _PREFIXES = sorted(BEHAVIOURS, key=len, reverse=True)
 @register
 class ConformanceExecutor(Executor):
     name = "conformance"
+    rerunnable = True  # answers from the message alone; a second run repeats the first
     description = "Behaves as the A2A conformance suite expects, by messageId prefix."
 
     def execute(self, ctx: AgentContext) -> None:

@@ -20,6 +20,7 @@ class EchoExecutor(Executor):
     """
 
     name = "echo"
+    rerunnable = True  # answers from the message alone; a second run repeats the first
     description = "Echoes the text it is sent."
 
     def execute(self, ctx: AgentContext) -> None:

@@ -41,6 +41,7 @@ class WriterExecutor(Executor):
     """
 
     name = "writer"
+    rerunnable = True  # answers from the message alone; a second run repeats the first
     description = "Writes a short text in several streamed chunks; asks when the request is unclear."
 
     def execute(self, ctx: AgentContext) -> None:
