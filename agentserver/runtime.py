@@ -83,10 +83,7 @@ def drop_dead_connections() -> int:
             continue
         if _unusable(connection):
             log.warning("dropping the %s database connection: the server closed it", connection.alias)
-            try:
-                connection.close()
-            except Exception:  # noqa: BLE001 - it is dead; all we want is to stop using it
-                connection.connection = None
+            connection.close()  # psycopg closes a dead connection quietly; the pool discards it
             closed += 1
     return closed
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from http import HTTPStatus
 
 import orjson
 from django.conf import settings
@@ -34,7 +35,6 @@ SIGNATURE_HEADER = "A2A-Push-Signature"
 EVENT_ID_HEADER = "A2A-Push-Event-Id"
 ATTEMPT_HEADER = "A2A-Push-Attempt"
 TOKEN_HEADER = "X-A2A-Notification-Token"  # the name a2a-python receivers read the token from
-GONE = 410
 
 
 def run(*, config_pk: int) -> str:
@@ -121,5 +121,5 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     return record(
         status_code=response.status, latency_ms=response.latency_ms, error=error,
         jti=claims["jti"], retry_after=retry_after,
-        permanent=response.status == GONE,  # the receiver says the URL is gone for good
+        permanent=response.status == HTTPStatus.GONE,  # the receiver says the URL is gone for good
     )

@@ -112,15 +112,20 @@ def receiver():
     running.stop()
 
 
-def end_sessions(where: str, *params: Any) -> int:
-    """End the Postgres sessions `where` selects in pg_stat_activity (as a restart ends them
-    all), from a connection of its own; how many were ended."""
+def own_session():
+    """A psycopg connection of its own to the test database, outside Django's."""
     import psycopg
     from django.db import connection
 
     db = connection.settings_dict
-    with psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-                         dbname=db["NAME"], autocommit=True) as admin:
+    return psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
+                           dbname=db["NAME"], autocommit=True)
+
+
+def end_sessions(where: str, *params: Any) -> int:
+    """End the Postgres sessions `where` selects in pg_stat_activity (as a restart ends them
+    all), from a connection of its own; how many were ended."""
+    with own_session() as admin:
         ended = admin.execute(
             f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND ({where})",
             params,

@@ -2,20 +2,15 @@
 
 import time
 
-import psycopg
 import pytest
 
 from agentserver.postgres.base import ended_by_server
-from tests.conftest import end_sessions
+from tests.conftest import end_sessions, own_session
 
 
 @pytest.fixture
 def session(db):
-    from django.db import connection
-
-    settings = connection.settings_dict
-    with psycopg.connect(host=settings["HOST"] or "127.0.0.1", port=settings["PORT"] or 5432,
-                         user=settings["USER"] or "postgres", dbname=settings["NAME"], autocommit=True) as conn:
+    with own_session() as conn:
         yield conn
 
 
