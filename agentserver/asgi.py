@@ -66,11 +66,12 @@ async def http_router(scope, receive, send):
     await agent_rpc_application(scope, receive, send)
 
 
-application = ProtocolTypeRouter({"http": http_router})
+from agentserver import runtime, shutdown  # noqa: E402
+
+application = ProtocolTypeRouter({"http": shutdown.counted(http_router)})
 
 
 # Last, once everything a request needs is imported: see agentserver/runtime.py.
-from agentserver import runtime  # noqa: E402
-
 runtime.leave_request_bodies_to_the_application()
 runtime.tune_gc()
+shutdown.install()

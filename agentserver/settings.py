@@ -154,6 +154,10 @@ HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
 # An SSE stream sends a keep-alive comment after this many quiet seconds, and reads the event
 # log then whether or not a hint came: a lost hint delays an event by at most this much.
 SSE_HEARTBEAT = env.float("SSE_HEARTBEAT", default=15.0)
+# On SIGTERM daphne stops listening, ends its streams and gives the requests in flight this
+# many seconds to finish (agentserver/shutdown.py): keep it under the grace period of whatever
+# sends the SIGTERM (docker stop: 10 s; Kubernetes: 30 s).
+SHUTDOWN_GRACE = env.float("SHUTDOWN_GRACE", default=8.0)
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)

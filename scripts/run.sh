@@ -31,7 +31,10 @@ PIDS=()
 NAMES=()
 cleanup() {
   local rc=$? i pid
-  trap - EXIT INT TERM
+  # make passes its own SIGTERM on to us (and a terminal's Ctrl-C reaches the whole group):
+  # a second signal must not cut the cleanup short.
+  trap - EXIT
+  trap '' INT TERM
   ((${#PIDS[@]})) || exit "$rc"
   echo
   log "stopping: ${NAMES[*]}"
@@ -49,9 +52,8 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
-# Ctrl-C is the normal way to stop: the clean stop is a success.
-trap 'exit 0' INT
-trap 'exit 143' TERM
+# Ctrl-C and SIGTERM are the normal ways to stop: the clean stop is a success.
+trap 'exit 0' INT TERM
 
 start_bg() {  # name logfile command...
   local name=$1 logf=$2; shift 2

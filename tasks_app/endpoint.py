@@ -20,7 +20,7 @@ from django.conf import settings
 from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 
-from . import dbcalls, jsonrpc, storable
+from . import dbcalls, jsonrpc, storable, streams
 from .cards import API_KEY_HEADER, required_extensions
 from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
 from .errors import (
@@ -42,6 +42,9 @@ SSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 KEEP_ALIVE = b": keep-alive\n\n"
+# How long a client should wait before it sends again a request this process refused while
+# shutting down (another process, or this one restarted, will answer it).
+SHUTDOWN_RETRY_AFTER = 1
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,8 @@ class Streamed:
                 yield b"id: %d\ndata: %s\n\n" % (seq, jsonrpc.result(self.request_id, value))
         except DomainError as exc:
             yield b"data: %s\n\n" % jsonrpc.domain_error(self.request_id, exc)
+        except streams.Closing as exc:  # a comment: the stream ends, and no event is invented
+            yield b": %s\n\n" % str(exc).encode()
         except Exception:  # noqa: BLE001 - e.g. the database went away mid-stream
             log.exception("stream for request %r failed", self.request_id)
             yield b"data: %s\n\n" % jsonrpc.error(self.request_id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
@@ -108,6 +113,15 @@ def _store_unavailable(request_id: Any, exc: Exception, where: str) -> Reply:
     reply = _error(request_id, jsonrpc.INTERNAL_ERROR,
                    f"the task store is unavailable; try again in {STORE_RETRY_AFTER} s", 503)
     reply.headers["Retry-After"] = str(STORE_RETRY_AFTER)
+    return reply
+
+
+def _shutting_down(request_id: Any) -> Reply:
+    """HTTP 503 with Retry-After for a request that reaches this process after it began to shut
+    down: nothing was done, and the connection is closed so the client's next try goes elsewhere."""
+    reply = _error(request_id, jsonrpc.INTERNAL_ERROR,
+                   f"the server is shutting down; send the request again in {SHUTDOWN_RETRY_AFTER} s", 503)
+    reply.headers.update({"Retry-After": str(SHUTDOWN_RETRY_AFTER), "Connection": "close"})
     return reply
 
 
@@ -186,6 +200,8 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         call = jsonrpc.parse(request.body)
     except jsonrpc.EnvelopeError as exc:
         return _error(exc.request_id, exc.code, exc.message)
+    if streams.closing():
+        return _shutting_down(call.id)
 
     activated = _activated_extensions(request.headers, found)
     extra = {"A2A-Extensions": ", ".join(activated)} if activated else {}

@@ -8,6 +8,9 @@ hint delays an event by at most one heartbeat and never loses it.
 
 Nothing here holds a database connection between reads (each read is one `dbcalls.run`), and
 leaving `follow()` unregisters the stream from its feed and the feed from the hint listener.
+
+When the process shuts down (`close_all`), every stream ends at its next step with `Closing`:
+its client resubscribes, with Last-Event-ID, to a process that stays.
 """
 
 from __future__ import annotations
@@ -97,6 +100,27 @@ class Feed:
             self._reading = None
 
 
+class Closing(Exception):
+    """This process is shutting down: the stream ends here, and its client resubscribes."""
+
+
+_closing = False
+
+
+def close_all() -> None:
+    """End every stream of this process now and every one opened from now on (graceful
+    shutdown). Runs on the event loop."""
+    global _closing
+    _closing = True
+    for feeds in list(_feeds.values()):
+        for feed in list(feeds.values()):
+            feed._wake()
+
+
+def closing() -> bool:
+    return _closing
+
+
 _feeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Feed]] = weakref.WeakKeyDictionary()
 
 
@@ -132,11 +156,14 @@ async def follow(task_id: Any) -> AsyncIterator[Feed]:
 async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncIterator[LoggedEvent | None]:
     """The task's events after `after`, as they are committed, without end; `None` marks a
     heartbeat interval without news (the caller sends a keep-alive), after which the log
-    is read again whether or not a hint came."""
+    is read again whether or not a hint came. Raises `Closing` once the process shuts down."""
     loop = asyncio.get_running_loop()
     seq = after
     fresh_since: float | None = loop.time()
     while True:
+        if _closing:
+            raise Closing("the server is shutting down; resubscribe to the task with the Last-Event-ID of the "
+                          "last event received to follow it on")
         pulse = feed.pulse
         batch = await feed.after(seq, fresh_since=fresh_since)
         fresh_since = None

@@ -1,5 +1,6 @@
 """The README's run command (`make run`, scripts/run.sh) on a machine where neither Postgres nor
-Redis can be reached: it falls back to the embedded mode, says so, and serves the demo agents."""
+Redis can be reached: it falls back to the embedded mode, says so, and serves the demo agents;
+then Ctrl-C or SIGTERM to the whole process group stops it cleanly."""
 
 import os
 import queue
@@ -49,7 +50,8 @@ def _read_until(lines: queue.Queue, marker: str, timeout: float) -> str:
     raise AssertionError(f"no {marker!r} from scripts/run.sh in {timeout:.0f}s:\n" + "".join(seen)[-4000:])
 
 
-def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mode_and_serves(tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mode_and_serves(tmp_path, stop):
     port = _free_port()
     # Nothing listens on port 1, and it is not the standard instance, so nothing is started.
     env = {
@@ -57,10 +59,11 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
         "PORT": str(port), "RUN_DIR": str(tmp_path / "run"), "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
         "DATABASE_URL": "postgres://postgres@127.0.0.1:1/agentserver", "REDIS_URL": "redis://127.0.0.1:1/0",
     }
-    proc = subprocess.Popen(["bash", "scripts/run.sh"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        out = _read_until(_lines_of(proc), "Press Ctrl-C to stop.", timeout=150)
+        lines = _lines_of(proc)
+        out = _read_until(lines, "Press Ctrl-C to stop.", timeout=150)
         assert "FALLING BACK TO THE EMBEDDED MODE" in out
         assert "mode: EMBEDDED" in out and str(tmp_path / "db.sqlite3") in out
         key = re.search(r"API key \(header X-API-Key\): (\S+)", out).group(1)
@@ -80,12 +83,14 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
         assert read_back["artifacts"][0]["parts"] == [{"text": "echo: hello, embedded"}]
         assert (tmp_path / "db.sqlite3").stat().st_size > 0
     finally:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the script stops what it started
+        os.killpg(proc.pid, stop)  # a terminal's Ctrl-C, or a supervisor's SIGTERM, reaches every process
         try:
-            returncode = proc.wait(timeout=30)
+            proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             raise
-    assert returncode == 0
+    # The script stopped what it started and said so; make, signalled too, had nothing to report.
+    rest = "".join(iter(lambda: lines.get(timeout=5), None))
+    assert "==> stopped" in rest and "make: ***" not in rest, rest
     with pytest.raises(OSError):  # and daphne went with it
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
