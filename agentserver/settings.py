@@ -138,7 +138,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
 # Work committed but not claimed after this long is enqueued again by the sweeper.
 SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
 # A run claimed longer ago than the hard limit plus this grace lost its worker (SIGKILL, OOM, a
-# deploy): the sweeper runs it again, up to AGENT_RUN_RETRIES times per task for an executor
+# deploy): the sweeper runs it again, up to AGENT_RUN_RETRIES times per run for an executor
 # that declares itself safe to re-run (`Executor.rerunnable`), then fails it `worker-lost`.
 SWEEP_LOST_GRACE = env.int("SWEEP_LOST_GRACE", default=60)
 AGENT_RUN_RETRIES = env.int("AGENT_RUN_RETRIES", default=2)

@@ -47,7 +47,7 @@ class Task(models.Model):
     run_token = models.UUIDField(null=True, blank=True)
     run_requested_at = models.DateTimeField(null=True, blank=True)
     run_claimed_at = models.DateTimeField(null=True, blank=True)
-    # Runs given again after their worker was lost (tasks_app.services.sweep_stuck_work).
+    # How often this run was given again after its worker was lost (services.sweep_stuck_work).
     run_retries = models.PositiveSmallIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -215,10 +215,12 @@ def _task_insert_in_one_statement(task: Task, message: NewMessage, payload: dict
 
 
 def _run_request(task: Task, now: datetime) -> None:
-    """Ask for a fresh run of the agent: a new token that exactly one worker can claim."""
+    """Ask for a fresh run of the agent: a new token that exactly one worker can claim, with
+    its own allowance of re-runs should its worker be lost."""
     task.run_token = uuid.uuid4()
     task.run_requested_at = now
     task.run_claimed_at = None
+    task.run_retries = 0
 
 
 def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
@@ -490,7 +492,7 @@ def sweep_stuck_work(
     """Find committed work no worker picked up, and runs whose worker vanished (claimed longer
     ago than the hard time limit allows). Returns the (task id, run token) pairs to enqueue and
     how many tasks were failed. A lost run of an executor in `rerunnable` is given a fresh
-    token, up to `retries` times per task; after that, or for any other executor, the task
+    token, up to `retries` times per run; after that, or for any other executor, the task
     fails `worker-lost`."""
     now = timezone.now()
     unclaimed = list(

@@ -219,6 +219,18 @@ def test_a_lost_run_of_a_rerunnable_executor_runs_again_until_the_retries_are_sp
     assert task.status_changes.last().reason == "the worker running this task was lost (3 runs)"
 
 
+def test_each_run_of_a_task_has_its_own_allowance_of_re_runs(writer_agent, no_enqueue):
+    task = receive(writer_agent, "write")
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1),
+                                           state="working")
+    services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=1, rerunnable={"writer"})
+    assert Task.objects.get(pk=task.pk).run_retries == 1  # the first run's allowance is spent
+    Task.objects.filter(pk=task.pk).update(state="input-required", run_claimed_at=timezone.now())
+    receive(writer_agent, "a poem", task_id=str(task.pk))  # the client answers: a new run
+    task.refresh_from_db()
+    assert task.run_retries == 0 and task.state == TaskState.SUBMITTED
+
+
 def test_a_lost_run_of_an_executor_not_declared_rerunnable_fails_at_once(echo_agent, no_enqueue):
     task = receive(echo_agent)
     Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1),
