@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from tasks_app.dialects.a2a_v1 import codec
 
-from . import outbound, selectors, services, signing, ssrf
+from . import dispatch, outbound, selectors, services, signing, ssrf
 from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,11 @@ def run(*, config_pk: int) -> str:
         services.lease_release(config_pk=config_pk, lease_token=token)
     if verdict.outcome == "retry":
         # A hair over the backoff, so the job never arrives before next_attempt_at.
-        services.delivery_enqueue(config_pk, countdown=verdict.delay + 0.02)
+        dispatch.enqueue_delivery(config_pk=config_pk, countdown=verdict.delay + 0.02)
     elif verdict.outcome in ("idle", "delivered") and selectors.config_owed(config_pk):
         # An event committed while we held the lease: its own job found the config leased and
         # left. Or the batch ran out. Either way someone must go on.
-        services.delivery_enqueue(config_pk)
+        dispatch.enqueue_delivery(config_pk=config_pk)
     return verdict.outcome
 
 

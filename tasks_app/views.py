@@ -13,6 +13,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
+from django.views.defaults import page_not_found
 
 from registry.selectors import agent_get
 
@@ -96,6 +97,4 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     """404 in JSON under /agents/ (clients there parse JSON); Django's page elsewhere."""
     if request.path.startswith("/agents/"):
         return _json(orjson.dumps({"error": f"nothing at {request.path}"}), 404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception)

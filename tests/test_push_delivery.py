@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from push import delivery, selectors, services, tasks
+from push import delivery, dispatch, selectors, services, tasks
 from push.models import ConfigStatus, DeliveryState, PushConfig, PushDelivery
 from push.verify import StaticJwks, verify_notification
 from tasks_app.models import Task
@@ -112,7 +112,7 @@ def test_a_delivery_that_runs_out_of_attempts_is_dead_and_stops_its_config_until
     assert dead.state == DeliveryState.DEAD and dead.attempts == settings.PUSH_MAX_ATTEMPTS
     assert PushConfig.objects.get().status == ConfigStatus.DEAD
     # New events (here: another job) do not wake a dead config.
-    tasks.enqueue_delivery(config_pk=dead.config_id)
+    dispatch.enqueue_delivery(config_pk=dead.config_id)
     assert drain_push_jobs(push_jobs) == ["skipped"]
     # The operator retries it: the config resumes from the dead event and catches up.
     assert services.deliveries_retry(delivery_pks=[dead.pk]) == 1

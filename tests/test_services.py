@@ -20,9 +20,9 @@ pytestmark = pytest.mark.usefixtures("store_path")
 @pytest.fixture
 def no_enqueue(monkeypatch):
     sent = []
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: sent.append(kw))
     return sent
 
 
