@@ -49,7 +49,7 @@ class AgentAPIHandler(ASGIHandler):
 agent_api_application = AgentAPIHandler()
 
 
-from tasks_app.consumers import AgentRpcConsumer  # noqa: E402
+from protocols.consumers import AgentRpcConsumer  # noqa: E402
 
 agent_rpc_application = AgentRpcConsumer.as_asgi()
 AGENT_RPC_PATH = re.compile(r"^/agents/(?P<tenant>[^/]+)/(?P<agent>[^/]+)/?$")

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "registry",
     "tasks_app",
     "push",
+    "protocols",
 ]
 
 MIDDLEWARE = [

@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import path
 
+from protocols import views
 from push import views as push_views
-from tasks_app import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -16,4 +16,4 @@ urlpatterns = [
     path("agents/<str:tenant>/<str:agent>", views.agent_rpc),
 ]
 
-handler404 = "tasks_app.views.not_found"
+handler404 = "protocols.views.not_found"

@@ -22,7 +22,7 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app.dialects.a2a_v1 import codec
+from tasks_app import encoders
 
 from . import dispatch, outbound, selectors, services, signing, ssrf
 from .sealing import Unsealable, unseal
@@ -89,8 +89,8 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         return services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
 
     try:
-        body = orjson.dumps(codec.encode_event(due.task_id, due.context_id, due.kind, due.payload))
-    except (KeyError, TypeError, ValueError) as exc:
+        body = orjson.dumps(encoders.encode_event(due.dialect, due.task_id, due.context_id, due.kind, due.payload))
+    except (LookupError, TypeError, ValueError) as exc:
         return record(status_code=None, latency_ms=0, error=f"the event could not be encoded: {exc}", permanent=True)
     try:
         # Checked again at every attempt: the allow-list or the name's addresses may have changed.

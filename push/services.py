@@ -140,6 +140,7 @@ class Due:
     event_pk: int
     task_id: str
     context_id: str
+    dialect: str  # the task's: its events are pushed as its creator's dialect writes them
     seq: int
     kind: str
     payload: dict[str, Any]
@@ -176,6 +177,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
         event_pk=event.pk,
         task_id=str(config.task_id),
         context_id=config.task.context_id,
+        dialect=config.task.dialect,
         seq=event.seq,
         kind=event.kind,
         payload=event.payload,

@@ -18,16 +18,16 @@ from django.db import transaction
 from push import selectors as push_selectors, services as push_services
 from registry.models import Agent
 from registry.selectors import Principal
-
-from ... import dbcalls, hints, selectors, services, storable, streams
-from ...errors import (
+from tasks_app import dbcalls, hints, selectors, services, storable, streams
+from tasks_app.domain import MessageView, NewMessage, parse_task_id
+from tasks_app.errors import (
     ExtendedAgentCardNotConfigured, InvalidAgentResponse, InvalidParams, PushNotificationNotSupported,
     TaskNotFound, UnsupportedOperation,
 )
+from tasks_app.lifecycle import SETTLED, TERMINAL, Dialect, EventKind, Failure
+from tasks_app.waiting import wait_until_settled
+
 from ...cards import extended_agent_card
-from ...domain import MessageView, NewMessage, parse_task_id
-from ...lifecycle import SETTLED, TERMINAL, Dialect, EventKind, Failure
-from ...waiting import wait_until_settled
 from . import codec
 
 

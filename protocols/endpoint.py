@@ -19,14 +19,15 @@ from django.conf import settings
 
 from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
-
-from . import dbcalls, jsonrpc, storable, streams
-from .cards import API_KEY_HEADER, required_extensions
-from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
-from .errors import (
+from tasks_app import dbcalls, storable, streams
+from tasks_app.errors import (
     STORE_ERRORS, STORE_RETRY_AFTER, ContentTypeNotSupported, DomainError, ExtensionSupportRequired,
     VersionNotSupported,
 )
+
+from . import jsonrpc
+from .cards import API_KEY_HEADER, required_extensions
+from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
 
 log = logging.getLogger(__name__)
 

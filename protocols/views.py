@@ -16,8 +16,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
 from registry.selectors import agent_get
+from tasks_app import streams
 
-from . import endpoint, streams
+from . import endpoint
 from .cards import agent_card
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
