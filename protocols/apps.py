@@ -1,7 +1,6 @@
 from django.apps import AppConfig
 
 from tasks_app import encoders
-from tasks_app.lifecycle import Dialect
 
 
 class ProtocolsConfig(AppConfig):
@@ -11,6 +10,7 @@ class ProtocolsConfig(AppConfig):
     verbose_name = "Protocols"
 
     def ready(self) -> None:
-        from .dialects.a2a_v1 import codec  # it reads the models, which are loaded only now
+        from .dialects import DIALECTS  # they read the models, which are loaded only now
 
-        encoders.register(Dialect.A2A_1_0, codec.encode_event)
+        for dialect in DIALECTS:
+            encoders.register(dialect.name, dialect.encode_event)

@@ -18,8 +18,7 @@ from django.views.defaults import page_not_found
 from registry.selectors import agent_get
 from tasks_app import streams
 
-from . import endpoint
-from .cards import agent_card
+from . import dialects, endpoint
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
     for name, value in headers.items():
@@ -68,7 +67,7 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
-    body = orjson.dumps(agent_card(found, base_url=_base_url(request)))
+    body = orjson.dumps(dialects.default().card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     last_modified = max(found.updated_at, found.tenant.updated_at)
     headers: dict[str, Any] = {

@@ -23,7 +23,7 @@ from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
-from .parts import Part
+from .parts import Part, PartError, validate_all
 from .selectors import message_view, run_inputs
 
 # For each state, the states a task may be in to move to it (the state machine, inverted):
@@ -120,6 +120,10 @@ def message_receive(
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
+    try:  # every dialect's codec gives canonical parts; the store holds no other kind
+        validate_all(message.parts, where="message.parts")
+    except PartError as exc:
+        raise InvalidParams(str(exc)) from None
     media.check_message(agent=agent, parts=message.parts, accepted_output_modes=accepted_output_modes)
     now = timezone.now()
     if message.task_id:

@@ -81,4 +81,5 @@ def test_no_module_imports_a_layer_above_its_own(layer):
 def test_the_check_sees_function_level_and_relative_imports():
     # The reading itself: a late relative import inside a function is an import like any other.
     assert "tasks_app.tasks" in _direct_imports("tasks_app.apps")
-    assert "protocols.dialects.a2a_v1.codec" in _direct_imports("protocols.apps")
+    assert "protocols.dialects" in _direct_imports("protocols.apps")
+    assert "protocols.exchange" in _direct_imports("protocols.dialects.base")
