@@ -8,7 +8,6 @@ Everything else (the admin) gets the full stack.
 """
 
 import os
-import re
 
 from django.core.asgi import get_asgi_application
 
@@ -20,9 +19,6 @@ django_application = get_asgi_application()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
-
-API_PREFIX = "/agents/"
-
 
 class AgentAPIHandler(ASGIHandler):
     """Django's ASGI handler with an empty middleware chain and no per-request thread.
@@ -49,21 +45,18 @@ class AgentAPIHandler(ASGIHandler):
 agent_api_application = AgentAPIHandler()
 
 
-from tasks_app.consumers import AgentRpcConsumer  # noqa: E402
-
-agent_rpc_application = AgentRpcConsumer.as_asgi()
-AGENT_RPC_PATH = re.compile(r"^/agents/(?P<tenant>[^/]+)/(?P<agent>[^/]+)/?$")
+from protocols import routes  # noqa: E402
 
 
 async def http_router(scope, receive, send):
     path = scope["path"]
-    if not path.startswith(API_PREFIX):
+    if not path.startswith(routes.PREFIX):
         return await django_application(scope, receive, send)
-    match = AGENT_RPC_PATH.match(path)
-    if match is None:
+    found = routes.consumer_for(path)
+    if found is None:
         return await agent_api_application(scope, receive, send)
-    scope = {**scope, "url_route": {"args": (), "kwargs": match.groupdict()}}
-    await agent_rpc_application(scope, receive, send)
+    consumer, kwargs = found
+    await consumer({**scope, "url_route": {"args": (), "kwargs": kwargs}}, receive, send)
 
 
 from agentserver import runtime, shutdown  # noqa: E402

@@ -35,6 +35,7 @@ INSTALLED_APPS = [
     "registry",
     "tasks_app",
     "push",
+    "protocols",
 ]
 
 MIDDLEWARE = [
@@ -101,7 +102,7 @@ REDIS_URL = "" if EMBEDDED else env.str("REDIS_URL", default="redis://127.0.0.1:
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
 # A Redis broker gets our transport (agentserver/broker.py), and runs are published without
-# re-declaring their queue (tasks_app.tasks.enqueue_run).
+# re-declaring their queue (tasks_app.dispatch.enqueue_run).
 BROKER_IS_REDIS = CELERY_BROKER_URL.startswith("redis://")
 if BROKER_IS_REDIS:
     CELERY_BROKER_TRANSPORT = "agentserver.broker:Transport"
@@ -110,7 +111,7 @@ CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_EAGER_PROPAGATES = False
 CELERY_TASK_IGNORE_RESULT = True
 # A failed publish is not retried in the request: the run stays committed and unclaimed, and
-# the sweeper enqueues it again (tasks_app.tasks.enqueue_run).
+# the sweeper enqueues it again (tasks_app.dispatch.enqueue_run).
 CELERY_TASK_PUBLISH_RETRY = False
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = False

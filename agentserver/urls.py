@@ -1,19 +1,14 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
+from protocols import routes, views
 from push import views as push_views
-from tasks_app import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
-    path("agents/<slug:tenant>/<slug:agent>/.well-known/agent-card.json", views.agent_card_view, name="agent-card"),
-    # Any segment reaches the endpoint (as under daphne, agentserver/asgi.py), which answers
-    # in JSON-RPC that nothing is there: a client of the endpoint parses JSON-RPC.
-    path("agents/<str:tenant>/<str:agent>/", views.agent_rpc, name="agent-rpc"),
-    # Clients often drop the trailing slash; a redirect would lose a POST body.
-    path("agents/<str:tenant>/<str:agent>", views.agent_rpc),
+    path("", include(routes.urlpatterns)),
 ]
 
-handler404 = "tasks_app.views.not_found"
+handler404 = "protocols.views.not_found"

@@ -22,9 +22,9 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app.dialects.a2a_v1 import codec
+from tasks_app import encoders
 
-from . import outbound, selectors, services, signing, ssrf
+from . import dispatch, outbound, selectors, services, signing, ssrf
 from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
@@ -57,11 +57,11 @@ def run(*, config_pk: int) -> str:
         services.lease_release(config_pk=config_pk, lease_token=token)
     if verdict.outcome == "retry":
         # A hair over the backoff, so the job never arrives before next_attempt_at.
-        services.delivery_enqueue(config_pk, countdown=verdict.delay + 0.02)
+        dispatch.enqueue_delivery(config_pk=config_pk, countdown=verdict.delay + 0.02)
     elif verdict.outcome in ("idle", "delivered") and selectors.config_owed(config_pk):
         # An event committed while we held the lease: its own job found the config leased and
         # left. Or the batch ran out. Either way someone must go on.
-        services.delivery_enqueue(config_pk)
+        dispatch.enqueue_delivery(config_pk=config_pk)
     return verdict.outcome
 
 
@@ -89,8 +89,8 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         return services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
 
     try:
-        body = orjson.dumps(codec.encode_event(due.task_id, due.context_id, due.kind, due.payload))
-    except (KeyError, TypeError, ValueError) as exc:
+        body = orjson.dumps(encoders.encode_event(due.dialect, due.task_id, due.context_id, due.kind, due.payload))
+    except (LookupError, TypeError, ValueError) as exc:
         return record(status_code=None, latency_ms=0, error=f"the event could not be encoded: {exc}", permanent=True)
     try:
         # Checked again at every attempt: the allow-list or the name's addresses may have changed.

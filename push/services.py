@@ -16,16 +16,15 @@ from typing import Any, Iterable
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from registry.models import Agent
 from registry.selectors import Principal
 from tasks_app.errors import InvalidParams
-from tasks_app.models import Task
-from tasks_app.services import task_lock_for_caller
+from tasks_app.selectors import event_after
+from tasks_app.services import task_lock_for_caller, task_push_configs_mark
 
-from . import ssrf
+from . import dispatch, ssrf
 from .domain import PushConfigInput
 from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from .sealing import seal
@@ -34,12 +33,6 @@ from .sealing import seal
 # values must not smuggle a CR/LF into the request.
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _HEADER_VALUE = re.compile(r"^[\x20-\x7e]*$")
-
-
-def delivery_enqueue(config_pk: int, countdown: float | None = None) -> None:
-    from .tasks import enqueue_delivery  # the Celery module imports this one; import late
-
-    enqueue_delivery(config_pk=config_pk, countdown=countdown)
 
 
 # --- configs ---------------------------------------------------------------------------
@@ -96,10 +89,9 @@ def config_create(
                 delivered_seq=task.last_seq if after_seq is None else after_seq,
                 **fields,
             )
-        if not task.has_push_configs:
-            Task.objects.filter(pk=task.pk).update(has_push_configs=True)
+        task_push_configs_mark(task=task, present=True)
         pk = stored.pk
-        transaction.on_commit(lambda: delivery_enqueue(pk))
+        transaction.on_commit(lambda: dispatch.enqueue_delivery(config_pk=pk))
     return stored
 
 
@@ -114,7 +106,7 @@ def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id
             deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
         )
         if task.has_push_configs and not PushConfig.objects.filter(task=task, deleted_at__isnull=True).exists():
-            Task.objects.filter(pk=task.pk).update(has_push_configs=False)
+            task_push_configs_mark(task=task, present=False)
 
 
 # --- the delivery cursor ----------------------------------------------------------------
@@ -148,6 +140,7 @@ class Due:
     event_pk: int
     task_id: str
     context_id: str
+    dialect: str  # the task's: its events are pushed as its creator's dialect writes them
     seq: int
     kind: str
     payload: dict[str, Any]
@@ -169,28 +162,22 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     The lease needs no renewing here: a lease outlasts one attempt by far (`outbound.post`
     bounds it), and every delivered attempt extends it (`attempt_record`), so a batch of slow
     attempts never lets a second job in."""
-    from tasks_app.models import TaskEvent
-
     config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()
     if config is None:
         return None
-    # The delivery row itself is made with the first attempt's record, in its transaction:
-    # a row made here would cost a commit of its own (and a WAL flush) per event. Until then
-    # the event has no row, and `tried` is None.
-    tried = PushDelivery.objects.filter(config_id=config_pk, seq=OuterRef("seq")).values("attempts")[:1]
-    event = (
-        TaskEvent.objects.filter(task_id=config.task_id, seq__gt=config.delivered_seq)
-        .annotate(tried=Subquery(tried))
-        .order_by("seq")
-        .first()
-    )
+    event = event_after(config.task_id, config.delivered_seq)
     if event is None:
         return None
+    # The delivery row itself is made with the first attempt's record, in its transaction:
+    # a row made here would cost a commit of its own (and a WAL flush) per event. Until then
+    # the event has no row, and it was tried 0 times.
+    tried = PushDelivery.objects.filter(config_id=config_pk, seq=event.seq).values_list("attempts", flat=True).first()
     return Due(
         config_pk=config.pk,
         event_pk=event.pk,
         task_id=str(config.task_id),
         context_id=config.task.context_id,
+        dialect=config.task.dialect,
         seq=event.seq,
         kind=event.kind,
         payload=event.payload,
@@ -198,7 +185,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
         auth_scheme=config.auth_scheme,
         credentials_sealed=config.credentials_sealed,
         token_sealed=config.token_sealed,
-        attempt=(event.tried or 0) + 1,
+        attempt=(tried or 0) + 1,
     )
 
 
@@ -310,6 +297,6 @@ def deliveries_retry(*, delivery_pks: Iterable[int]) -> int:
                 status=ConfigStatus.ACTIVE, next_attempt_at=None, updated_at=timezone.now()
             )
             pk = config.pk
-            transaction.on_commit(lambda pk=pk: delivery_enqueue(pk))
+            transaction.on_commit(lambda pk=pk: dispatch.enqueue_delivery(config_pk=pk))
             revived += 1
     return revived

@@ -229,6 +229,24 @@ def events_after(task_id: Any, seq: int, *, limit: int = 500) -> list[LoggedEven
     return [LoggedEvent(*row) for row in rows]
 
 
+class StoredEvent(NamedTuple):
+    pk: int
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+
+
+def event_after(task_id: Any, seq: int) -> StoredEvent | None:
+    """The task's first event after `seq`, with its row's key (push's delivery log refers to it)."""
+    row = (
+        TaskEvent.objects.filter(task_id=task_id, seq__gt=seq)
+        .order_by("seq")
+        .values_list("pk", "seq", "kind", "payload")
+        .first()
+    )
+    return None if row is None else StoredEvent(*row)
+
+
 def task_snapshot(
     *, agent: Agent, principal: Principal, task_id: str, history_length: int | None = None
 ) -> tuple[TaskView, int] | None:

@@ -18,12 +18,12 @@ from django.utils import timezone
 from registry.models import Agent
 from registry.selectors import Principal
 
-from . import hints, media, sql, storable
+from . import dispatch, hints, hooks, media, sql, storable
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
 from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
-from .parts import Part
+from .parts import Part, PartError, validate_all
 from .selectors import message_view, run_inputs
 
 # For each state, the states a task may be in to move to it (the state machine, inverted):
@@ -65,21 +65,16 @@ class _Written:
 
 
 def _after_commit(task: Task | _Written, *, created: bool = False) -> None:
-    task_id, state = str(task.pk), str(task.state)
-    transaction.on_commit(lambda: hints.publish(task_id, state, local_only=created))
-    if task.has_push_configs:  # read under the row lock; tasks without push pay nothing
-        from push.tasks import enqueue_for_task  # push builds on the task store; import late
-
-        transaction.on_commit(lambda: enqueue_for_task(task_id=task_id))
+    change = hooks.TaskChanged(task_id=str(task.pk), state=str(task.state), has_push_configs=task.has_push_configs)
+    transaction.on_commit(lambda: hints.publish(change.task_id, change.state, local_only=created))
+    transaction.on_commit(lambda: hooks.task_changed(change))
 
 
 def _enqueue_run(task: Task) -> None:
     """Register after `_after_commit`: the hint is one cheap PUBLISH that streams of the task
     wait for, the broker's publish takes longer, and on_commit callbacks run in order."""
-    from .tasks import enqueue_run  # the Celery module imports services; import late
-
     task_id, token = task.id, task.run_token
-    transaction.on_commit(lambda: enqueue_run(task_id=task_id, run_token=token))
+    transaction.on_commit(lambda: dispatch.enqueue_run(task_id=task_id, run_token=token))
 
 
 def _message_fields(message: NewMessage, context_id: str) -> dict[str, Any]:
@@ -125,6 +120,10 @@ def message_receive(
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
+    try:  # every dialect's codec gives canonical parts; the store holds no other kind
+        validate_all(message.parts, where="message.parts")
+    except PartError as exc:
+        raise InvalidParams(str(exc)) from None
     media.check_message(agent=agent, parts=message.parts, accepted_output_modes=accepted_output_modes)
     now = timezone.now()
     if message.task_id:
@@ -221,6 +220,15 @@ def _run_request(task: Task, now: datetime) -> None:
     task.run_requested_at = now
     task.run_claimed_at = None
     task.run_retries = 0
+
+
+def task_push_configs_mark(*, task: Task, present: bool) -> None:
+    """Record whether the task has push configs (the caller holds the task's row lock): each
+    later write announces the flag to `hooks` subscribers, so tasks without push cost push
+    nothing."""
+    if task.has_push_configs != present:
+        Task.objects.filter(pk=task.pk).update(has_push_configs=present)
+        task.has_push_configs = present
 
 
 def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:

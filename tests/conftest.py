@@ -79,10 +79,10 @@ def dns(monkeypatch) -> FakeDns:
 def push_jobs(monkeypatch) -> list[tuple[int, float | None]]:
     """In-process, delivery jobs are recorded instead of run: (config pk, countdown).
     Tests that deliver drive them with `drain_push_jobs`."""
-    from push import tasks
+    from push import dispatch
 
     jobs: list[tuple[int, float | None]] = []
-    monkeypatch.setattr(tasks, "enqueue_delivery", lambda *, config_pk, countdown=None: jobs.append((config_pk, countdown)))
+    monkeypatch.setattr(dispatch, "enqueue_delivery", lambda *, config_pk, countdown=None: jobs.append((config_pk, countdown)))
     return jobs
 
 

@@ -21,9 +21,9 @@ def test_send_message_blocks_until_the_task_completes(rpc, echo_agent, alice_key
 
 
 def test_return_immediately_answers_with_the_submitted_task(rpc, echo_agent, alice_key, monkeypatch):
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)  # nobody runs the agent
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # nobody runs the agent
     task = rpc.send(ECHO, key=alice_key, configuration={"returnImmediately": True}).result["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     assert "artifacts" not in task
@@ -189,9 +189,9 @@ def test_get_task_of_another_caller_looks_like_a_missing_task(rpc, echo_agent, a
 def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_agent, alice_key, monkeypatch,
                                                                        settings):
     """Nobody runs the agent: the wait polls until its timeout, then answers with the task as it is."""
-    from tasks_app import selectors, tasks
+    from tasks_app import dispatch, selectors
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     settings.A2A_BLOCKING_TIMEOUT, settings.HINT_FALLBACK_POLL = 1.0, 0.2
     calls = {"state": 0, "view": 0}
     state, view = selectors.task_state, selectors.task_with_view

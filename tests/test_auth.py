@@ -112,7 +112,7 @@ def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_
         rpc, echo_agent, alice_key, monkeypatch):
     from django.db import OperationalError
 
-    from tasks_app import endpoint
+    from protocols import endpoint
 
     def down(*args):
         raise OperationalError("connection refused")

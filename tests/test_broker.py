@@ -40,7 +40,7 @@ def test_a_consumed_message_leaves_no_unacked_copy_in_redis():
 def test_a_run_is_published_to_the_queue_list_the_workers_pop_without_declaring_it(monkeypatch):
     import uuid
 
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
     put, declared = [], []
     original_put = broker.Channel._put
@@ -50,7 +50,7 @@ def test_a_run_is_published_to_the_queue_list_the_workers_pop_without_declaring_
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     try:
         task_id, token = uuid.uuid4(), uuid.uuid4()
-        tasks.enqueue_run(task_id=task_id, run_token=token)
+        dispatch.enqueue_run(task_id=task_id, run_token=token)
     finally:
         app.conf.task_always_eager = eager
     [(queue, message)] = put

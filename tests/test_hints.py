@@ -20,9 +20,9 @@ run = run_async
 
 @pytest.fixture
 def waiting_task(echo_agent, monkeypatch):
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     return receive(echo_agent)
 
 
@@ -147,9 +147,9 @@ def test_a_follow_up_does_not_take_a_settling_hint_of_the_run_before_it_for_its_
 def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo_agent, monkeypatch, settings):
     import redis
 
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
     pubsub.psubscribe(hints.CHANNEL_PREFIX + "*")
     try:

@@ -256,18 +256,18 @@ def test_a_params_value_that_is_not_an_object_is_invalid_params(rpc, echo_agent,
 def test_an_unexpected_failure_is_an_internal_error_with_the_id_and_its_traceback_is_logged(
         rpc, echo_agent, alice_key, monkeypatch, caplog):
     # The safety net: only a bug reaches it (tests/test_hostile.py shows no input does).
-    from tasks_app.dialects.a2a_v1 import methods
+    from protocols.dialects.a2a_v1 import methods
 
     async def broken(call, params):
         raise RuntimeError("secret internals")
 
     monkeypatch.setitem(methods.METHODS, "GetTask", broken)
-    with caplog.at_level("ERROR", logger="tasks_app.endpoint"):
+    with caplog.at_level("ERROR", logger="protocols.endpoint"):
         response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, request_id="r")
     error = assert_envelope_error(response, -32603)
     assert response.body["id"] == "r"
     assert "secret" not in error["message"]
-    [logged] = [record for record in caplog.records if record.name == "tasks_app.endpoint"]
+    [logged] = [record for record in caplog.records if record.name == "protocols.endpoint"]
     assert logged.exc_info[0] is RuntimeError
 
 
@@ -275,7 +275,7 @@ def test_a_store_outage_during_a_method_is_a_503_with_retry_after_and_the_id(rpc
                                                                             monkeypatch):
     from django.db import OperationalError
 
-    from tasks_app.dialects.a2a_v1 import methods
+    from protocols.dialects.a2a_v1 import methods
 
     async def outage(call, params):
         raise OperationalError("connection failed: Connection refused")

@@ -93,11 +93,11 @@ def test_cancellation_reaches_the_running_executor(live, conformance_agent):
 def test_the_sweeper_sends_again_work_that_was_committed_but_never_enqueued(live, echo_agent, monkeypatch, settings):
     from agentserver.celery import app
     from registry.selectors import Principal
-    from tasks_app import services, tasks
+    from tasks_app import dispatch, services, tasks
     from tasks_app.domain import NewMessage
     from tasks_app.models import Task
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)  # the broker "was down" at commit
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # the broker "was down" at commit
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "lost"}])
     task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
     monkeypatch.undo()
@@ -178,7 +178,7 @@ def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, ali
     import signal
 
     from agentserver.celery import app
-    from tasks_app import services, tasks
+    from tasks_app import dispatch, services
     from tasks_app.models import Task
 
     make_agent(tenant, "slow-writer", "writer", settings={"delay": 1})
@@ -196,7 +196,7 @@ def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, ali
     assert failed == 0 and [u[0] for u in unclaimed] == [uuid.UUID(task_id)]
     app.conf.task_always_eager = False  # through the broker to the live worker's new children
     for pk, token in unclaimed:
-        tasks.enqueue_run(task_id=pk, run_token=token)
+        dispatch.enqueue_run(task_id=pk, run_token=token)
     done = poll(live, "/agents/acme/slow-writer/", task_id, alice_key,
                 lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED", timeout=30)
     assert done["artifacts"] and Task.objects.get(pk=task_id).run_retries == 1

@@ -10,7 +10,7 @@ import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
-from push import delivery, selectors, services, tasks
+from push import delivery, dispatch, selectors, services, tasks
 from push.models import ConfigStatus, DeliveryState, PushConfig, PushDelivery
 from push.verify import StaticJwks, verify_notification
 from tasks_app.models import Task
@@ -112,7 +112,7 @@ def test_a_delivery_that_runs_out_of_attempts_is_dead_and_stops_its_config_until
     assert dead.state == DeliveryState.DEAD and dead.attempts == settings.PUSH_MAX_ATTEMPTS
     assert PushConfig.objects.get().status == ConfigStatus.DEAD
     # New events (here: another job) do not wake a dead config.
-    tasks.enqueue_delivery(config_pk=dead.config_id)
+    dispatch.enqueue_delivery(config_pk=dead.config_id)
     assert drain_push_jobs(push_jobs) == ["skipped"]
     # The operator retries it: the config resumes from the dead event and catches up.
     assert services.deliveries_retry(delivery_pks=[dead.pk]) == 1
@@ -294,3 +294,28 @@ def test_several_configs_of_one_task_each_get_every_event(rpc, tenant, alice_key
     last_seq = Task.objects.get().last_seq
     for name in ("one", "two"):
         assert [r.seq for r in receiver.requests if r.path == f"/{name}"] == list(range(before + 1, last_seq + 1))
+
+
+def test_a_task_s_events_are_pushed_as_its_own_dialect_writes_them(rpc, echo_agent, alice_key, receiver, push_jobs,
+                                                                    monkeypatch):
+    from tasks_app import encoders
+
+    monkeypatch.setitem(encoders._encoders, "a2a/0.3", lambda task_id, context_id, kind, payload: {
+        "kind": "status-update" if kind == "status" else kind, "taskId": task_id})
+    task = send_with_push(rpc, ECHO, alice_key, receiver.url())
+    Task.objects.filter(pk=task["id"]).update(dialect="a2a/0.3")  # as if a 0.3 client had created it
+    drain_push_jobs(push_jobs)
+    assert [r.json for r in receiver.requests][:1] == [{"kind": "status-update", "taskId": task["id"]}]
+
+
+def test_an_event_of_a_dialect_with_no_encoder_is_recorded_as_undeliverable(rpc, echo_agent, alice_key, receiver,
+                                                                             push_jobs, monkeypatch):
+    from tasks_app import encoders
+
+    monkeypatch.delitem(encoders._encoders, "a2a/1.0")
+    send_with_push(rpc, ECHO, alice_key, receiver.url())
+    drain_push_jobs(push_jobs)
+    assert receiver.requests == []
+    delivery = PushDelivery.objects.get(seq=1)
+    assert delivery.state == DeliveryState.DEAD
+    assert "no event encoder for the dialect 'a2a/1.0'" in delivery.attempt_log.get().error

@@ -10,10 +10,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_send_message_with_return_immediately_writes_the_new_task_in_one_statement(
     rpc, echo_agent, alice_key, monkeypatch, django_assert_num_queries
 ):
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
     enqueued = []
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: enqueued.append(kw))
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: enqueued.append(kw))
     params = {"message": user_message(), "configuration": {"returnImmediately": True}}
     # agent + key lookups, then one statement inserting task, message, status change and event.
     with django_assert_num_queries(3):
@@ -33,10 +33,10 @@ def test_get_task_reads_the_task_its_history_and_its_artifacts_in_one_query(
 
 def test_a_run_of_the_echo_agent_costs_two_statements(echo_agent, monkeypatch, django_assert_num_queries):
     from registry.selectors import Principal
-    from tasks_app import runner, services, tasks
+    from tasks_app import dispatch, runner, services
     from tasks_app.domain import NewMessage
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
     task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
     # The claim with the inputs; the artifact and the completion together.
@@ -56,7 +56,7 @@ def test_a_blocking_send_message_to_the_echo_agent_costs_six_statements_end_to_e
 
 
 
-def test_pushing_a_task_s_events_costs_ten_statements_an_event_and_five_a_job(
+def test_pushing_a_task_s_events_costs_eleven_statements_an_event_and_five_a_job(
     rpc, echo_agent, alice_key, receiver, push_jobs, django_assert_num_queries
 ):
     from push import delivery, signing
@@ -69,10 +69,10 @@ def test_pushing_a_task_s_events_costs_ten_statements_an_event_and_five_a_job(
     events = 3  # submitted, the artifact, completed
     # Per job: take the lease; after the last event one more look (the config, no event);
     # release the lease; check that nothing came in meanwhile.
-    # Per event: the config (still ours?); the next event with how often it was tried; the
-    # signing key; then one transaction under the config's row lock (BEGIN, lock the config,
+    # Per event: the config (still ours?); the next event (read through the task store's
+    # selector); how often it was tried; the signing key; then one transaction under the config's row lock (BEGIN, lock the config,
     # look for the delivery row, make it with this attempt's outcome, log the attempt, save
     # the config and its lease, COMMIT). Django counts BEGIN and COMMIT as statements.
-    with django_assert_num_queries(5 + 10 * events):
+    with django_assert_num_queries(5 + 11 * events):
         assert delivery.run(config_pk=config_pk) == "idle"
     assert [r.seq for r in receiver.requests] == list(range(1, events + 1))

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.usefixtures("store_path")
 @pytest.fixture
 def run_with(tenant, monkeypatch):
     """Register a throwaway executor, give it a task, run it once; return the task."""
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     registered = []
 
     def go(execute, text="hello"):
@@ -119,9 +119,9 @@ def test_a_store_that_goes_away_while_the_agent_runs_is_not_the_agents_fault(run
 
 @pytest.mark.django_db(transaction=True)
 def test_a_run_that_cannot_reach_the_store_stays_unclaimed_for_the_sweeper_to_send_again(tenant, monkeypatch):
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     agent = make_agent(tenant, "echo", "echo")
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
     task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
@@ -195,9 +195,9 @@ def test_a_run_delivered_twice_executes_once(run_with):
 
 
 def test_an_agent_with_an_unknown_executor_fails_clearly(tenant, monkeypatch):
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     agent = make_agent(tenant, "ghost", "no-such-executor")
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "x"}])
     task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)

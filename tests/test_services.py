@@ -20,9 +20,9 @@ pytestmark = pytest.mark.usefixtures("store_path")
 @pytest.fixture
 def no_enqueue(monkeypatch):
     sent = []
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: sent.append(kw))
     return sent
 
 
@@ -244,3 +244,13 @@ def test_the_built_in_executors_declare_themselves_safe_to_run_again():
     from tasks_app.executors import REGISTRY
 
     assert all(REGISTRY[name].rerunnable for name in ("echo", "writer", "conformance"))
+
+
+def test_a_message_whose_parts_are_not_in_the_canonical_form_is_refused_before_anything_is_stored(echo_agent,
+                                                                                                   no_enqueue):
+    from tasks_app.errors import InvalidParams
+
+    message = NewMessage(message_id="m", role="user", parts=[{"text": "no type"}])
+    with pytest.raises(InvalidParams, match=r"message.parts\[0\] has unknown type None"):
+        services.message_receive(agent=echo_agent, principal=ALICE, message=message)
+    assert not Task.objects.exists()

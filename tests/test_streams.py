@@ -113,9 +113,9 @@ def state(frame: Frame) -> str:
 @pytest.fixture
 def held_task(echo_agent, monkeypatch):
     """A submitted task no agent will touch: the test plays the agent."""
-    from tasks_app import tasks
+    from tasks_app import dispatch
 
-    monkeypatch.setattr(tasks, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     return receive(echo_agent)
 
 

@@ -13,11 +13,12 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
+from django.views.defaults import page_not_found
 
 from registry.selectors import agent_get
+from tasks_app import streams
 
-from . import endpoint, streams
-from .cards import agent_card
+from . import dialects, endpoint
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
     for name, value in headers.items():
@@ -66,7 +67,7 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
-    body = orjson.dumps(agent_card(found, base_url=_base_url(request)))
+    body = orjson.dumps(dialects.default().card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     last_modified = max(found.updated_at, found.tenant.updated_at)
     headers: dict[str, Any] = {
@@ -96,6 +97,4 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     """404 in JSON under /agents/ (clients there parse JSON); Django's page elsewhere."""
     if request.path.startswith("/agents/"):
         return _json(orjson.dumps({"error": f"nothing at {request.path}"}), 404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception)

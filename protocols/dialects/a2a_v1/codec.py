@@ -15,11 +15,11 @@ from typing import Any, Callable
 
 from push.domain import PushConfigInput, PushConfigView
 
-from ... import parts as P
-from ... import storable
-from ...domain import ArtifactView, MessageView, NewMessage, TaskView
-from ...errors import InvalidParams
-from ...lifecycle import EventKind, Role, TaskState
+from tasks_app import parts as P
+from tasks_app import storable
+from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
+from tasks_app.errors import InvalidParams
+from tasks_app.lifecycle import EventKind, Role, TaskState
 
 _STATE_TO_WIRE = {
     TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",

@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from . import storable
-from .errors import DomainError
+from tasks_app import storable
+from tasks_app.errors import DomainError
 
 ERROR_DOMAIN = "a2a-protocol.org"
 ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"

@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from registry.models import Agent
-
-from . import media
+from tasks_app import media
 
 API_KEY_HEADER = "X-API-Key"
 API_KEY_SCHEME = "apiKey"

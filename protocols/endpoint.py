@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping
+from typing import Any, AsyncIterator, Callable, Mapping
 
 from django.conf import settings
 
 from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
-
-from . import dbcalls, jsonrpc, storable, streams
-from .cards import API_KEY_HEADER, required_extensions
-from .dialects.a2a_v1.methods import METHODS as A2A_V1_METHODS, Call, EventStream
-from .errors import (
+from tasks_app import dbcalls, storable, streams
+from tasks_app.errors import (
     STORE_ERRORS, STORE_RETRY_AFTER, ContentTypeNotSupported, DomainError, ExtensionSupportRequired,
-    VersionNotSupported,
 )
+
+from . import dialects, jsonrpc
+from .cards import API_KEY_HEADER, required_extensions
+from .exchange import Call, EventStream
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class Streamed:
     request_id: Any
     stream: EventStream
     headers: dict[str, str] = field(default_factory=dict)
+    error: Callable[[Any, DomainError], bytes] = jsonrpc.domain_error  # the dialect's error response
 
     def all_headers(self) -> dict[str, str]:
         return {**SSE_HEADERS, **self.headers}
@@ -92,7 +93,7 @@ class Streamed:
                 seq, value = item
                 yield b"id: %d\ndata: %s\n\n" % (seq, jsonrpc.result(self.request_id, value))
         except DomainError as exc:
-            yield b"data: %s\n\n" % jsonrpc.domain_error(self.request_id, exc)
+            yield b"data: %s\n\n" % self.error(self.request_id, exc)
         except streams.Closing as exc:  # a comment: the stream ends, and no event is invented
             yield b": %s\n\n" % str(exc).encode()
         except Exception:  # noqa: BLE001 - e.g. the database went away mid-stream
@@ -141,17 +142,6 @@ def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | Non
     if presented:
         return found, api_key_authenticate(agent=found, presented=presented)
     return found, Principal.ANONYMOUS if found.is_public else None
-
-
-def _check_version(version: str) -> None:
-    if version in ("1.0", "1", "1.0.0", "1.0.1"):
-        return
-    if version in ("", "0.3", "0.3.0"):
-        raise VersionNotSupported(
-            "a request without A2A-Version means A2A 0.3, which this server does not speak yet; "
-            "send the header A2A-Version: 1.0"
-        )
-    raise VersionNotSupported(f"A2A version {storable.brief(version)} is not supported; this endpoint speaks 1.0")
 
 
 def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]:
@@ -205,11 +195,11 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
 
     activated = _activated_extensions(request.headers, found)
     extra = {"A2A-Extensions": ", ".join(activated)} if activated else {}
+    dialect = None
     try:
         version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
-        _check_version(version)
-        handler = A2A_V1_METHODS.get(call.method)
-        if handler is None:
+        dialect = dialects.for_request(version, call.method)
+        if dialect is None:
             return _error(call.id, jsonrpc.METHOD_NOT_FOUND, f"method {storable.brief(call.method)} not found")
         missing = [uri for uri in required_extensions(found) if uri not in activated]
         if missing:
@@ -221,12 +211,13 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
             agent=found, principal=principal, base_url=request.base_url,
             last_event_id=request.headers.get("last-event-id"),
         )
-        value = await handler(context, call.params)
+        value = await dialect.methods[call.method](context, call.params)
         if isinstance(value, EventStream):
-            return Streamed(call.id, value, extra)
+            return Streamed(call.id, value, extra, error=dialect.error)
         return Reply(200, jsonrpc.result(call.id, value), extra)
     except DomainError as exc:
-        return Reply(200, jsonrpc.domain_error(call.id, exc), extra)
+        # Before a dialect is known (VersionNotSupported), the default's form.
+        return Reply(200, (dialect.error if dialect else dialects.default().error)(call.id, exc), extra)
     except STORE_ERRORS as exc:
         return _store_unavailable(call.id, exc, f"{call.method} on {request.tenant}/{request.agent}")
     except Exception:  # noqa: BLE001 - a bug must answer as JSON-RPC, never as a traceback page

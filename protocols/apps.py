@@ -1,0 +1,16 @@
+from django.apps import AppConfig
+
+from tasks_app import encoders
+
+
+class ProtocolsConfig(AppConfig):
+    """The protocol edge: each wire dialect, its endpoint and cards, over the task store."""
+
+    name = "protocols"
+    verbose_name = "Protocols"
+
+    def ready(self) -> None:
+        from .dialects import DIALECTS  # they read the models, which are loaded only now
+
+        for dialect in DIALECTS:
+            encoders.register(dialect.name, dialect.encode_event)

@@ -1,0 +1,39 @@
+"""The dialect registry: every wire dialect the agent endpoint speaks, and which one a request
+speaks. A dialect is one package here that declares a `WireDialect` (`base.py`); adding one is
+that package and one line in `DIALECTS`. The flow every dialect shares is `protocols.exchange`."""
+
+from __future__ import annotations
+
+from tasks_app import storable
+from tasks_app.errors import VersionNotSupported
+
+from .a2a_v1 import DIALECT as A2A_V1
+from .base import Handler, WireDialect
+
+__all__ = ["DIALECTS", "Handler", "WireDialect", "default", "for_request"]
+
+# The first is the default: its card is the one at the well-known path.
+DIALECTS: list[WireDialect] = [A2A_V1]
+
+
+def for_request(version: str, method: str) -> WireDialect | None:
+    """The dialect a request speaks, by its A2A-Version and its method; None if a dialect of
+    that version exists but none has the method. VersionNotSupported if none answers the version."""
+    speaking = [d for d in DIALECTS if version in d.versions]
+    if not speaking:
+        raise _unsupported(version)
+    return next((d for d in speaking if method in d.methods), None)
+
+
+def _unsupported(version: str) -> VersionNotSupported:
+    if version in ("", "0.3", "0.3.0"):
+        return VersionNotSupported(
+            "a request without A2A-Version means A2A 0.3, which this server does not speak yet; "
+            f"send the header A2A-Version: {default().label}"
+        )
+    spoken = ", ".join(d.label for d in DIALECTS)
+    return VersionNotSupported(f"A2A version {storable.brief(version)} is not supported; this endpoint speaks {spoken}")
+
+
+def default() -> WireDialect:
+    return DIALECTS[0]

@@ -1,0 +1,25 @@
+"""What a dialect declares (see the registry, `protocols.dialects`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping
+
+from tasks_app.encoders import EventEncoder
+from tasks_app.errors import DomainError
+
+from .. import jsonrpc
+from ..exchange import Call
+
+Handler = Callable[[Call, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class WireDialect:
+    name: str  # the value tasks_app.lifecycle.Dialect stores on the tasks it creates
+    label: str  # the version as people write it, for messages
+    versions: frozenset[str]  # the A2A-Version values it answers ("" for none sent)
+    methods: Mapping[str, Handler]
+    encode_event: EventEncoder  # a stored event as its streams and push notifications carry it
+    card: Callable[..., dict[str, Any]]  # (agent, *, base_url) -> its agent card
+    error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response

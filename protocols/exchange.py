@@ -1,0 +1,293 @@
+"""The exchange every dialect shares: store a client's message (creating or continuing its
+task, with an inline push config), queue the agent, then answer at once, wait until the task
+settles, or stream its events; and follow a task's log from a snapshot or a Last-Event-ID.
+
+A dialect decodes its params into a `Send`, calls these, and encodes what comes back: the
+values here are the store's (`TaskView`, `MessageView`, `LoggedEvent`), never a wire form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from contextlib import AsyncExitStack, aclosing, nullcontext
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from django.conf import settings
+from django.db import transaction
+
+from push import services as push_services
+from push.domain import PushConfigInput
+from registry.models import Agent
+from registry.selectors import Principal
+from tasks_app import dbcalls, hints, selectors, services, storable, streams
+from tasks_app.domain import MessageView, NewMessage, TaskView, parse_task_id
+from tasks_app.errors import (
+    InvalidAgentResponse, InvalidParams, PushNotificationNotSupported, TaskNotFound, UnsupportedOperation,
+)
+from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure
+from tasks_app.waiting import wait_until_settled
+
+@dataclass(frozen=True)
+class Call:
+    agent: Agent
+    principal: Principal
+    base_url: str = ""
+    last_event_id: str | None = None  # the SSE Last-Event-ID header, for a resubscription
+
+
+@dataclass(frozen=True)
+class Send:
+    """A client's message and what it asks of the exchange, decoded by its dialect."""
+
+    message: NewMessage
+    dialect: str
+    accepted: list[str]
+    history_length: int | None
+    return_immediately: bool
+    metadata: dict[str, Any]
+    push: PushConfigInput | None  # an inline push config, checked by `push_config_check`
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a send answers: the task, or the bare reply the agent gave instead of one."""
+
+    task: TaskView | None = None
+    reply: MessageView | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a task's log, with the ids every dialect's event names."""
+
+    task_id: str
+    context_id: str
+    kind: str
+    payload: dict[str, Any]
+
+
+# What a stream yields: (seq, the task's snapshot, a bare reply, or an event); None for a
+# heartbeat interval without news.
+Item = tuple[int, TaskView | MessageView | Event] | None
+
+
+@dataclass
+class EventStream:
+    """A streaming answer, once every check has passed: the items to send, and what to
+    release when the stream ends, however it ends (even if it never started)."""
+
+    items: AsyncIterator[Any]
+    resources: AsyncExitStack
+
+    def encoded(self, encode: Callable[[Any], Any]) -> EventStream:
+        """The same stream with each item's value in a dialect's wire form."""
+
+        async def items() -> AsyncIterator[Any]:
+            async with aclosing(self.items) as source:
+                async for item in source:
+                    yield None if item is None else (item[0], encode(item[1]))
+
+        return EventStream(items(), self.resources)
+
+    async def aclose(self) -> None:
+        try:
+            await self.items.aclose()
+        finally:
+            await self.resources.aclose()
+
+
+def require_streaming(agent: Agent) -> None:
+    if not agent.streaming:
+        raise UnsupportedOperation("streaming is not enabled for this agent (its card says streaming: false)")
+
+
+def require_push(agent: Agent) -> None:
+    if not agent.push_notifications:
+        raise PushNotificationNotSupported(
+            "push notifications are not enabled for this agent (its card says pushNotifications: false)"
+        )
+
+
+async def push_config_check(config: PushConfigInput) -> None:
+    await asyncio.to_thread(push_services.config_check, config=config)  # resolves DNS: off the DB threads
+
+
+def _watch_id(message: NewMessage) -> str:
+    """The id the task will have, known before it is written: a watch goes up under it first.
+    Hints name tasks by their canonical UUID text, which a client may have written otherwise."""
+    known = parse_task_id(message.task_id) if message.task_id else None
+    return str(known or message.task_id or uuid.uuid4())
+
+
+def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
+    """Store the message (and an inline push config) and queue the agent."""
+    message, push = sent.message, sent.push
+    # With an inline push config, the config and the message commit together; its cursor
+    # starts before the message's first event, so the receiver hears of all of it.
+    with transaction.atomic() if push else nullcontext():
+        if push and message.task_id:
+            push_services.config_create(agent=call.agent, principal=call.principal,
+                                        task_id=message.task_id, config=push)
+        task, stored = services.message_receive(
+            agent=call.agent, principal=call.principal, message=message, dialect=sent.dialect,
+            accepted_output_modes=sent.accepted, metadata=sent.metadata,
+            new_task_id=None if message.task_id else uuid.UUID(task_id),
+        )
+        if push and not message.task_id:
+            push_services.config_create(agent=call.agent, principal=call.principal,
+                                        task_id=str(task.pk), config=push, after_seq=0)
+    return task, stored
+
+
+def answer_for(task_id: Any, history_length: int | None, *, as_reply: bool) -> Answer:
+    """The task as a send answers it, or (as_reply) the bare reply it stands for; an agent
+    that broke its contract is the caller's InvalidAgentResponse."""
+    found = selectors.task_with_view(task_id, history_length=history_length)
+    if found is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    task, view = found
+    if as_reply and task.failure == Failure.INVALID_RESPONSE:
+        raise InvalidAgentResponse(f"task {task.pk} failed: {selectors.failure_reason(task)}")
+    if as_reply and view.reply_only and view.status_message is not None:
+        return Answer(reply=view.status_message)
+    return Answer(task=view)
+
+
+async def send(call: Call, sent: Send) -> Answer:
+    """Store the message, queue the agent; answer at once (return_immediately) or once the
+    task settles (or A2A_BLOCKING_TIMEOUT passes)."""
+    history_length = sent.history_length
+    # Whatever the worker does after the commit wakes us, so there is nothing to read until a hint comes.
+    task_id = _watch_id(sent.message)
+
+    def receive() -> Answer | None:
+        task, stored = _receive(call, sent, task_id)
+        if not sent.return_immediately:
+            return None
+        if sent.message.task_id:  # a follow-up: the history is longer than what we just wrote
+            return answer_for(task.pk, history_length, as_reply=False)
+        return Answer(task=selectors.task_view(task, history_length=history_length, include_artifacts=False,
+                                               known_history=[stored]))
+
+    async with hints.watch(task_id) as watch:
+        immediate = await dbcalls.run(receive)
+        if immediate is not None:
+            return immediate
+        await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False,
+                                 trust_settling_hints=not sent.message.task_id)
+    return await dbcalls.run(answer_for, task_id, history_length, as_reply=True)
+
+
+async def _events(
+    feed: streams.Feed, task_id: str, context_id: str, *, after: int, until: frozenset[str]
+) -> AsyncIterator[Item]:
+    """The log after `after`, up to a status event in one of `until`."""
+    async for event in streams.tail(feed, after=after, heartbeat=settings.SSE_HEARTBEAT):
+        if event is None:
+            yield None
+            continue
+        yield event.seq, Event(task_id, context_id, event.kind, event.payload)
+        if event.kind == EventKind.STATUS and event.payload.get("state") in until:
+            return
+
+
+async def send_streaming(call: Call, sent: Send) -> EventStream:
+    """Store the message, queue the agent, and stream: the task (or only the agent's bare
+    reply to a new exchange), then its events until the exchange waits on the client again."""
+    require_streaming(call.agent)
+    message, history_length = sent.message, sent.history_length
+    task_id = _watch_id(message)
+    resources = AsyncExitStack()
+    feed = await resources.enter_async_context(streams.follow(task_id))
+
+    def receive() -> tuple[int, TaskView]:
+        task, stored = _receive(call, sent, task_id)
+        if message.task_id:
+            view, seq = selectors.task_snapshot(
+                agent=call.agent, principal=call.principal, task_id=task_id, history_length=history_length
+            )
+            return seq, view
+        # A new task: what we just wrote is all there is, at seq 1.
+        return task.last_seq, selectors.task_view(task, history_length=history_length, include_artifacts=False,
+                                                  known_history=[stored])
+
+    try:
+        seq, snapshot = await dbcalls.run(receive)
+    except BaseException:
+        await resources.aclose()
+        raise
+    fresh = not message.task_id
+
+    async def items() -> AsyncIterator[Item]:
+        if fresh:
+            # A new exchange may be answered by a bare Message, and then the client sees only
+            # that Message: so the Task goes out with the agent's first event, not before it.
+            async with aclosing(streams.tail(feed, after=seq, heartbeat=settings.SSE_HEARTBEAT)) as tail:
+                async for first in tail:
+                    if first is not None:
+                        break
+                    yield None
+            if first.kind == EventKind.MESSAGE:
+                yield first.seq, MessageView.from_payload(first.payload["message"])
+                return
+        yield seq, snapshot
+        async for item in _events(feed, task_id, snapshot.context_id, after=seq, until=SETTLED):
+            yield item
+
+    return EventStream(items(), resources)
+
+
+def last_event_id(raw: Any) -> int | None:
+    """A resubscription's Last-Event-ID (a params field, or the header), as this server sent it."""
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        raise InvalidParams(
+            f"lastEventId must be an event id this server sent (an integer), not {storable.brief(raw)}"
+        ) from None
+    if value < 0:
+        raise InvalidParams("lastEventId must not be negative")
+    return value
+
+
+async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> EventStream:
+    """Follow the caller's task: its snapshot and then its events until it is over, or (with
+    `resume_after`) exactly the events after that one, then live ones."""
+    require_streaming(call.agent)
+    canonical = parse_task_id(task_id)
+    if canonical is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    resources = AsyncExitStack()
+    # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
+    feed = await resources.enter_async_context(streams.follow(canonical))
+    try:
+        found = await dbcalls.run(
+            selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id
+        )
+        if found is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        view, seq = found
+        if resume_after is None and view.state in TERMINAL:
+            raise UnsupportedOperation(f"task {view.id} is {view.state}; a finished task has no events to follow")
+        if resume_after is not None and resume_after > seq:
+            raise InvalidParams(f"lastEventId {resume_after} is ahead of task {view.id}, whose last event is {seq}")
+    except BaseException:
+        await resources.aclose()
+        raise
+
+    async def items() -> AsyncIterator[Item]:
+        if resume_after is None:
+            yield seq, view
+        elif resume_after == seq and view.state in TERMINAL:
+            return  # a reconnect that missed nothing of a finished task
+        # A subscription lasts until the task is over: an input-required task goes on
+        # once the client answers, and the subscriber sees that too.
+        after = seq if resume_after is None else resume_after
+        async for item in _events(feed, view.id, view.context_id, after=after, until=TERMINAL):
+            yield item
+
+    return EventStream(items(), resources)

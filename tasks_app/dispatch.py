@@ -1,0 +1,42 @@
+"""Sending a run to the Celery workers.
+
+By the job's name: the Celery module (`tasks.py`) imports the services that send runs, so
+they must not import it. The broker is a doorbell: a run is committed before it is sent, and
+the sweeper sends again whatever no worker claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+
+log = logging.getLogger(__name__)
+
+RUN_AGENT = "tasks_app.tasks.run_agent"
+
+
+def _publish_options() -> dict[str, Any]:
+    """Celery publishes a run through the anonymous exchange straight to the queue's Redis
+    list, which the workers pop; declaring the queue again on every publish (a copy and a
+    bind of the Queue: a third of a publish's Python work) adds nothing there."""
+    return {"declare": []} if settings.BROKER_IS_REDIS else {}
+
+
+def enqueue_run(*, task_id: Any, run_token: Any) -> None:
+    """Send one run to the workers. Called after commit; if the broker is down the work stays
+    committed and unclaimed, and the sweeper sends it again."""
+    args = (str(task_id), str(run_token))
+    try:
+        current_app.tasks[RUN_AGENT].apply_async(
+            args,
+            soft_time_limit=settings.AGENT_SOFT_TIME_LIMIT,
+            time_limit=settings.AGENT_TIME_LIMIT,
+            argsrepr=repr(args),  # Celery's own, through saferepr, costs more than the rest of the message
+            kwargsrepr="{}",
+            **_publish_options(),
+        )
+    except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; the sweeper recovers all
+        log.warning("could not enqueue task %s (%s); the sweeper will retry", task_id, exc)

@@ -1,0 +1,26 @@
+"""How each dialect writes a stored event, for what sends events with no request to answer:
+push notifications. Each dialect (in `protocols`, above the store) registers its encoder from
+its app's `ready`; the sender looks it up by the task's own dialect, so a task created by an
+A2A 0.3 client is pushed in 0.3."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+# (task id, context id, event kind, event payload in domain form) -> the JSON to send
+EventEncoder = Callable[[str, str, str, dict[str, Any]], dict[str, Any]]
+
+_encoders: dict[str, EventEncoder] = {}
+
+
+def register(dialect: str, encoder: EventEncoder) -> None:
+    _encoders[dialect] = encoder
+
+
+def encode_event(dialect: str, task_id: str, context_id: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The event as the task's dialect sends it; LookupError for a dialect that registered none."""
+    try:
+        encoder = _encoders[dialect]
+    except KeyError:
+        raise LookupError(f"no event encoder for the dialect {dialect!r}") from None
+    return encoder(task_id, context_id, kind, payload)
