@@ -195,21 +195,14 @@ def _follow_up_receive(
 
 
 def _task_insert_in_one_statement(task: Task, message: NewMessage, payload: dict[str, Any], now: datetime) -> Message:
-    [(message_pk,)] = sql.execute(sql.NEW_TASK, {
-        "id": task.id, "tenant_id": task.tenant_id, "agent_id": task.agent_id, "owner": task.owner,
-        "context_id": task.context_id, "dialect": task.dialect, "state": task.state, "now": now,
-        "metadata": sql.dumps(task.metadata), "accepted": sql.dumps(task.accepted_output_modes),
-        "run_token": task.run_token, "message_id": message.message_id, "role": message.role,
-        "parts": sql.dumps(message.parts), "message_metadata": sql.dumps(message.metadata),
-        "extensions": sql.dumps(message.extensions), "reference_task_ids": sql.dumps(message.reference_task_ids),
-        "command": message.command, "command_params": sql.dumps(message.command_params),
-        "kind": EventKind.STATUS, "payload": sql.dumps(payload),
-    })
-    task._state.adding = False
-    task._state.db = DEFAULT_DB_ALIAS
-    stored = Message(id=message_pk, task=task, created_at=now, **_message_fields(message, task.context_id))
-    stored._state.adding = False
-    stored._state.db = DEFAULT_DB_ALIAS
+    stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id))
+    status = StatusChange(task=task, state=task.state, message=None, reason="", timestamp=now)
+    event = TaskEvent(task=task, seq=1, kind=EventKind.STATUS, payload=payload, created_at=now)
+    [(message_pk,)] = sql.execute(sql.NEW_TASK, sql.new_task_params(task, stored, status, event))
+    for instance in (task, stored):
+        instance._state.adding = False
+        instance._state.db = DEFAULT_DB_ALIAS
+    stored.id = message_pk
     return stored
 
 

@@ -107,36 +107,54 @@ AGENT = Agent._meta.db_table
 
 # --- Writes -----------------------------------------------------------------------------
 
+class _Insert:
+    """A model's columns for a generated INSERT, and an instance's values as its parameters:
+    every concrete field is written (a field added to the model is written too), except a key
+    the database makes and the columns named in `given` (the statement supplies those)."""
+
+    def __init__(self, model: type[models.Model], prefix: str, *, given: Sequence[str] = ()) -> None:
+        fields = [f for f in model._meta.concrete_fields
+                  if f.column not in given and not (f.primary_key and isinstance(f, models.AutoField))]
+        self.columns = ", ".join(f.column for f in fields)
+        self.values = ", ".join(
+            f"%({prefix}{f.attname})s" + ("::jsonb" if isinstance(f, models.JSONField) else "") for f in fields
+        )
+        self._params = [(f"{prefix}{f.attname}", f.attname, isinstance(f, models.JSONField)) for f in fields]
+
+    def params(self, instance: models.Model) -> dict[str, Any]:
+        return {name: dumps(getattr(instance, attname)) if json else getattr(instance, attname)
+                for name, attname, json in self._params}
+
+
+_NEW_TASK = _Insert(Task, "t_")
+_NEW_MESSAGE = _Insert(Message, "m_", given=("task_id",))
+_NEW_STATUS = _Insert(StatusChange, "s_", given=("task_id",))
+_NEW_EVENT = _Insert(TaskEvent, "e_", given=("task_id",))
+
 # A new task: the task row, the user's message, the status change and event seq=1, all in
-# one statement. Values the caller knows are parameters; nothing is read back but the
-# message's id.
+# one statement, each row exactly as the ORM would write its instance (`new_task_params`);
+# nothing is read back but the message's id.
 NEW_TASK = f"""
 WITH task AS (
-    INSERT INTO {T} (id, tenant_id, agent_id, owner, client_task_id, context_id, dialect, state,
-                     status_message_id, status_timestamp, reply_only, failure, last_seq, metadata,
-                     accepted_output_modes, run_token, run_requested_at, run_claimed_at, created_at,
-                     updated_at)
-    VALUES (%(id)s, %(tenant_id)s, %(agent_id)s, %(owner)s, NULL, %(context_id)s, %(dialect)s,
-            %(state)s, NULL, %(now)s, false, '', 1, %(metadata)s::jsonb, %(accepted)s::jsonb,
-            %(run_token)s, %(now)s, NULL, %(now)s, %(now)s)
+    INSERT INTO {T} ({_NEW_TASK.columns}) VALUES ({_NEW_TASK.values})
     RETURNING id
 ), message AS (
-    INSERT INTO {M} (task_id, message_id, context_id, role, parts, metadata, extensions,
-                     reference_task_ids, command, command_params, created_at)
-    SELECT id, %(message_id)s, %(context_id)s, %(role)s, %(parts)s::jsonb,
-           %(message_metadata)s::jsonb, %(extensions)s::jsonb, %(reference_task_ids)s::jsonb,
-           %(command)s, %(command_params)s::jsonb, %(now)s
-    FROM task
+    INSERT INTO {M} (task_id, {_NEW_MESSAGE.columns}) SELECT id, {_NEW_MESSAGE.values} FROM task
     RETURNING id
 ), status AS (
-    INSERT INTO {SC} (task_id, state, message_id, reason, timestamp)
-    SELECT id, %(state)s, NULL, '', %(now)s FROM task
+    INSERT INTO {SC} (task_id, {_NEW_STATUS.columns}) SELECT id, {_NEW_STATUS.values} FROM task
 ), event AS (
-    INSERT INTO {E} (task_id, seq, kind, payload, created_at)
-    SELECT id, 1, %(kind)s, %(payload)s::jsonb, %(now)s FROM task
+    INSERT INTO {E} (task_id, {_NEW_EVENT.columns}) SELECT id, {_NEW_EVENT.values} FROM task
 )
 SELECT id FROM message
 """
+
+
+def new_task_params(task: Task, message: Message, status: StatusChange, event: TaskEvent) -> dict[str, Any]:
+    """NEW_TASK's parameters: the four unsaved instances' fields."""
+    return {**_NEW_TASK.params(task), **_NEW_MESSAGE.params(message), **_NEW_STATUS.params(status),
+            **_NEW_EVENT.params(event)}
+
 
 # The guard every write on behalf of a run shares: the task exists, may move as asked, and
 # (when the caller names one) is still on the caller's run.

@@ -1,0 +1,87 @@
+"""The hot path's statements (tasks_app/sql.py) leave exactly the rows their ORM twins leave:
+the same exchange is run once through each path and every row of both tasks compared,
+field by field, with only what must differ (keys, times, generated ids) set aside."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+from typing import Any
+
+import pytest
+from django.forms.models import model_to_dict
+
+from registry.selectors import Principal
+from tasks_app import sql, services
+from tasks_app.domain import NewArtifact, NewMessage
+from tasks_app.models import Artifact, Message, StatusChange, Task, TaskEvent
+
+pytestmark = pytest.mark.django_db
+ALICE = Principal(name="alice", api_key_id=1)
+# Differ between any two runs by nature: keys, times, and the agent messages' generated ids.
+VARYING = {"id", "task", "created_at", "updated_at", "timestamp", "status_timestamp", "run_requested_at",
+           "run_claimed_at", "run_token", "status_message", "message"}
+GENERATED = r"00000000-0000-0000-0000-[0-9a-f]{12}"
+
+
+def _run_one_exchange(agent, monkeypatch, *, through_sql: bool, task_id: uuid.UUID) -> Task:
+    monkeypatch.setattr(sql, "available", lambda: through_sql)
+    counter = itertools.count()
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))  # the same generated ids on both paths
+    message = NewMessage(message_id="m-1", role="user", context_id="ctx", parts=[{"type": "text", "text": "hi"}],
+                         metadata={"k": [1, "two"]}, extensions=["urn:x"], reference_task_ids=["t-0"])
+    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, accepted_output_modes=["text/plain"],
+                                       metadata={"m": 1}, new_task_id=task_id)
+    token = Task.objects.get(pk=task_id).run_token
+    assert services.run_start(task_id=task_id, run_token=token) is not None
+    services.task_transition(task_id=task_id, state="working", parts=[{"type": "text", "text": "on it"}], run_token=token)
+    artifact = services.artifact_append(task_id=task_id, parts=[{"type": "text", "text": "a"}], name="out",
+                                        metadata={"n": 1}, run_token=token)
+    services.artifact_append(task_id=task_id, parts=[{"type": "text", "text": "b"}], artifact_id=artifact,
+                             append=True, last_chunk=True, run_token=token)
+    services.task_transition(task_id=task_id, state="completed", run_token=token,
+                             artifact=NewArtifact(artifact_id="final-1", parts=[{"type": "data", "data": {"x": 1}}], name="final"))
+    return Task.objects.get(pk=task_id)
+
+
+def _rows(task: Task) -> dict[str, Any]:
+    """Every row of the task, with the ids the test's uuid4 made numbered by first appearance
+    (the two paths may draw a different count of them: a difference of no row)."""
+
+    def plain(instance) -> dict[str, Any]:
+        return {k: v for k, v in model_to_dict(instance).items() if k not in VARYING}
+
+    rows = {
+        "task": plain(task),
+        "messages": [plain(m) for m in Message.objects.filter(task=task).order_by("pk")],
+        "status changes": [(plain(s), s.message_id is not None) for s in StatusChange.objects.filter(task=task).order_by("pk")],
+        "artifacts": [plain(a) for a in Artifact.objects.filter(task=task).order_by("pk")],
+        "events": [_without_times(plain(e)) for e in TaskEvent.objects.filter(task=task).order_by("seq")],
+    }
+    seen: dict[str, str] = {}
+    text = re.sub(GENERATED, lambda m: seen.setdefault(m[0], f"<id {len(seen)}>"), json.dumps(rows, default=str))
+    return json.loads(text)
+
+
+def _without_times(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_times(v) for k, v in value.items() if k not in ("timestamp",)}
+    if isinstance(value, list):
+        return [_without_times(v) for v in value]
+    return value
+
+
+def test_a_whole_exchange_leaves_the_same_rows_through_the_statements_as_through_the_orm(echo_agent, monkeypatch):
+    through_sql = _run_one_exchange(echo_agent, monkeypatch, through_sql=True, task_id=uuid.UUID(int=10**6))
+    through_orm = _run_one_exchange(echo_agent, monkeypatch, through_sql=False, task_id=uuid.UUID(int=10**6 + 1))
+    assert _rows(through_sql) == _rows(through_orm)
+    assert _rows(through_sql)["task"]["client_task_id"] is None  # written, not left to a default
+
+
+def test_every_field_of_every_row_a_new_task_makes_is_in_the_statement():
+    for model in (Task, Message, StatusChange, TaskEvent):
+        for field in model._meta.concrete_fields:
+            if field.column != "id" or model is Task:
+                assert f" {field.column}" in sql.NEW_TASK or f"({field.column}" in sql.NEW_TASK, (model, field.column)
