@@ -92,7 +92,10 @@ else:
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": env.int("DB_POOL_MIN", default=2),
             "max_size": env.int("DB_POOL_MAX", default=20),
-            "timeout": env.float("DB_POOL_TIMEOUT", default=10.0),
+            # How long a request waits for a connection while none can be made (Postgres is
+            # away) before it is answered 503 with Retry-After; a busy pool never makes one
+            # wait, as DB_THREADS <= DB_POOL_MAX.
+            "timeout": env.float("DB_POOL_TIMEOUT", default=2.0),
         }
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -134,7 +137,11 @@ AGENT_TIME_LIMIT = env.int("AGENT_TIME_LIMIT", default=AGENT_SOFT_TIME_LIMIT + 1
 # So kombu's ack emulation on Redis (two MULTI/EXEC per message, a third of the worker's main
 # process under load) buys nothing here; without it, prefetched messages are still put back
 # at a warm shutdown, and a worker that dies loses only messages the sweepers resend.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False}
+# For the same reason a publish while the broker is down fails at once (`max_retries: 0`):
+# kombu's own connect retry slept 2 s and 4 s inside every request's commit hook, on a shared
+# database thread, while the sweeper would send the run anyway. The worker's reconnect loop
+# passes its own limit (CELERY_BROKER_CONNECTION_MAX_RETRIES) and is not affected.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"ack_emulation": False, "max_retries": 0}
 
 # Work committed but not claimed after this long is enqueued again by the sweeper.
 SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)

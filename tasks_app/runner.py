@@ -11,7 +11,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connections
 
-from . import services
+from . import dispatch, services
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
 from .executors import AgentContext, executor_for
 from .lifecycle import Failure, Role
@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 def run(*, task_id: Any, run_token: Any) -> str:
     """Returns what happened, for logs and tests: claimed elsewhere (or gone), done, failed,
-    closed, or store-unavailable: the store could not be reached to record the outcome (the
-    sweeper sends an unclaimed run again, and settles a claimed one once the store is back)."""
+    closed, run-again (the store failed under a rerunnable agent: a fresh run is queued), or
+    store-unavailable: the store could not be reached to record the outcome (the sweeper sends
+    an unclaimed run again, and settles a claimed one once the store is back)."""
     try:
         return _run(task_id=task_id, run_token=uuid.UUID(str(run_token)))  # Celery hands the token over as a string
     except STORE_ERRORS as exc:
@@ -65,6 +66,11 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
     except STORE_ERRORS as exc:  # raised by a ctx call: the store failed, not the agent
         _discard_connections()
         log.warning("task %s: the task store failed while the agent ran (%s)", task_id, str(exc).strip())
+        if executor.rerunnable:  # as a lost run would: another try, once the store answers again
+            fresh = services.run_again(task_id=task_id, run_token=run_token, retries=settings.AGENT_RUN_RETRIES)
+            if fresh is not None:
+                dispatch.enqueue_run(task_id=task_id, run_token=fresh)
+                return "run-again"
         return fail(Failure.STORE_UNAVAILABLE, "the task store was unavailable while the agent ran")
     except Exception as exc:  # noqa: BLE001 - an agent's bug must never leave its task hanging
         log.exception("executor %s failed on task %s", executor.name, task_id)

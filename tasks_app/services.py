@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Collection
 
 from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from registry.models import Agent
@@ -487,6 +488,17 @@ def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) 
     return True
 
 
+def run_again(*, task_id: Any, run_token: Any, retries: int) -> uuid.UUID | None:
+    """Give a run that could not finish (its worker lost, the store gone under it) a fresh
+    token, if it is still the task's run and has re-runs left: the new token to enqueue, or
+    None. A compare-and-set on the old token, so a run that finished meanwhile keeps its outcome."""
+    fresh = uuid.uuid4()
+    given = Task.objects.filter(
+        pk=task_id, run_token=run_token, run_retries__lt=retries, state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+    ).update(run_token=fresh, run_claimed_at=None, run_requested_at=timezone.now(), run_retries=F("run_retries") + 1)
+    return fresh if given else None
+
+
 def sweep_stuck_work(
     *, unclaimed_after: int, lost_after: int, retries: int = 0, rerunnable: Collection[str] = (),
 ) -> tuple[list[tuple[Any, Any]], int]:
@@ -515,11 +527,8 @@ def sweep_stuck_work(
     failed = 0
     for task_id, token, tried, executor in lost:
         if executor in rerunnable and tried < retries:
-            fresh = uuid.uuid4()
-            # Compare-and-set on the lost token: a run that finished meanwhile keeps its outcome.
-            if Task.objects.filter(pk=task_id, run_token=token, state__in=[TaskState.SUBMITTED, TaskState.WORKING]).update(
-                run_token=fresh, run_claimed_at=None, run_requested_at=now, run_retries=tried + 1,
-            ):
+            fresh = run_again(task_id=task_id, run_token=token, retries=retries)
+            if fresh is not None:
                 unclaimed.append((task_id, fresh))
             continue
         reason = "the worker running this task was lost" + (f" ({tried + 1} runs)" if tried else "")

@@ -22,12 +22,13 @@ def run_with(tenant, monkeypatch):
     """Register a throwaway executor, give it a task, run it once; return the task."""
     from tasks_app import dispatch
 
-    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: go.enqueued.append(kw))
     registered = []
 
-    def go(execute, text="hello"):
+    def go(execute, text="hello", rerunnable=False):
         name = f"test-{uuid.uuid4().hex[:8]}"
-        REGISTRY[name] = type("E", (Executor,), {"name": name, "execute": lambda self, ctx: execute(ctx)})
+        REGISTRY[name] = type("E", (Executor,), {"name": name, "rerunnable": rerunnable,
+                                                 "execute": lambda self, ctx: execute(ctx)})
         registered.append(name)
         agent = make_agent(tenant, name, name)
         message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": text}])
@@ -36,6 +37,7 @@ def run_with(tenant, monkeypatch):
         task.refresh_from_db()
         return task, outcome
 
+    go.enqueued = []
     yield go
     for name in registered:
         REGISTRY.pop(name, None)
@@ -115,6 +117,25 @@ def test_a_store_that_goes_away_while_the_agent_runs_is_not_the_agents_fault(run
     task, outcome = run_with(writes_after_a_restart)
     assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "store-unavailable"
     assert task.status_changes.last().reason == "the task store was unavailable while the agent ran"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rerunnable_agent_the_store_went_away_under_runs_again(run_with):
+    runs = []
+
+    def writes_after_a_restart_once(ctx):
+        runs.append(ctx.run_token)
+        ctx.working()
+        if len(runs) == 1:
+            end_sessions("pid = %s", backend_pid())  # as a Postgres restart would
+        ctx.complete("stored the second time")
+
+    task, outcome = run_with(writes_after_a_restart_once, rerunnable=True)
+    assert outcome == "run-again" and task.state == TaskState.WORKING and task.run_retries == 1
+    assert run_with.enqueued[1:] == [{"task_id": task.pk, "run_token": task.run_token}]  # after the first run's
+    assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "done"
+    task.refresh_from_db()
+    assert task.state == TaskState.COMPLETED and len(runs) == 2
 
 
 @pytest.mark.django_db(transaction=True)

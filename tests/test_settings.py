@@ -30,7 +30,7 @@ def test_connections_are_reused_through_psycopg_s_pool_not_kept_per_thread():
     db = production_settings(DATABASE_URL="postgres://postgres@127.0.0.1:5432/agentserver")["db"]
     assert db["ENGINE"] == "agentserver.postgres"  # Django's, skipping sessions Postgres ended
     assert db["CONN_MAX_AGE"] == 0
-    assert db["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 10.0}
+    assert db["OPTIONS"]["pool"] == {"min_size": 2, "max_size": 20, "timeout": 2.0}
 
 
 def test_the_pool_s_size_comes_from_the_environment():
