@@ -35,6 +35,7 @@ import httpx
 import psycopg
 
 from tasks_app.lifecycle import SETTLED as _SETTLED
+from tests.procs import child_pids
 from tests.receiver import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,16 +327,7 @@ class Stack:
         """The worker's prefork children, which run the agents; not beat, its other child: beat
         closes every descriptor it inherited (celery.beat._Process.run), while a pool child
         keeps its pipes to the main process. Killing beat would stop the sweepers for good."""
-        worker = self._procs["worker"].pid
-        children = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == worker and _holds_a_pipe(int(stat.parent.name)):
-                children.append(int(stat.parent.name))
-        return children
+        return [pid for pid in child_pids(self._procs["worker"].pid) if _holds_a_pipe(pid)]
 
     def kill_worker_children(self) -> list[int]:
         children = self.worker_children()

@@ -25,6 +25,7 @@ import orjson
 import pytest
 
 from agentserver.celery import app as celery_app
+from tests.procs import child_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 V1 = {"A2A-Version": "1.0"}
@@ -295,15 +296,7 @@ class LiveStack:
 
     def worker_children(self) -> list[int]:
         """The worker's prefork children: the processes that run the agents."""
-        children = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self.worker_pid:
-                children.append(int(stat.parent.name))
-        return children
+        return child_pids(self.worker_pid)
 
     @property
     def url(self) -> str:
