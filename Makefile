@@ -13,11 +13,12 @@ PORT ?= 8000
 export PORT
 
 .DEFAULT_GOAL := help
-.PHONY: help run test venv lock services compose-config clean
+.PHONY: help run test lint venv lock services compose-config clean
 
 help:
 	@echo "make run                  start web + worker on http://127.0.0.1:$(PORT) (Ctrl-C stops)"
-	@echo "make test [ARGS='-k x']   run pytest against Postgres + Redis"
+	@echo "make test [ARGS='-k x']   run pytest against Postgres + Redis (whole suite: lint first)"
+	@echo "make lint                 ruff (lint, format check) and mypy"
 	@echo "make venv                 create/refresh .venv from requirements.txt"
 	@echo "make lock                 re-pin constraints.txt (what requirements.txt pulls in)"
 	@echo "make services             start local Postgres/Redis if they are not running"
@@ -29,6 +30,9 @@ run:
 
 test:
 	@bash scripts/test.sh $(ARGS)
+
+lint:
+	@bash scripts/lint.sh
 
 venv:
 	@bash -c 'source scripts/lib.sh && ensure_venv'

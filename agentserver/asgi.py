@@ -20,6 +20,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 
+
 class AgentAPIHandler(ASGIHandler):
     """Django's ASGI handler with an empty middleware chain and no per-request thread.
 

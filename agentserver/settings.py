@@ -151,7 +151,10 @@ SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
 SWEEP_LOST_GRACE = env.int("SWEEP_LOST_GRACE", default=60)
 AGENT_RUN_RETRIES = env.int("AGENT_RUN_RETRIES", default=2)
 CELERY_BEAT_SCHEDULE = {
-    "sweep-stuck-work": {"task": "tasks_app.tasks.sweep_stuck_work", "schedule": env.float("SWEEP_EVERY", default=15.0)},
+    "sweep-stuck-work": {
+        "task": "tasks_app.tasks.sweep_stuck_work",
+        "schedule": env.float("SWEEP_EVERY", default=15.0),
+    },
 }
 
 # --- Protocol knobs ------------------------------------------------------------------
@@ -207,7 +210,8 @@ PUSH_JWKS_MAX_AGE = env.int("PUSH_JWKS_MAX_AGE", default=300)
 # encrypts, all decrypt). Empty: a key derived from DJANGO_SECRET_KEY.
 PUSH_CREDENTIALS_KEY = env.list("PUSH_CREDENTIALS_KEY", default=[])
 CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
-    "task": "push.tasks.sweep_deliveries", "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
+    "task": "push.tasks.sweep_deliveries",
+    "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
 }
 
 # --- Auth, i18n, static ----------------------------------------------------------------

@@ -19,7 +19,8 @@ import logging
 import signal
 import sys
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from django.conf import settings
 from twisted.internet import tcp
@@ -82,13 +83,17 @@ def drain(reactor: Any) -> None:
             reader.stopListening()
     open_streams = streams.open_stream_count()
     streams.close_all()
-    log.info("SIGTERM: no longer listening; %d request(s) in flight, %d stream(s) told to resubscribe; "
-             "waiting up to %s s", _in_flight, open_streams, settings.SHUTDOWN_GRACE)
+    log.info(
+        "SIGTERM: no longer listening; %d request(s) in flight, %d stream(s) told to resubscribe; waiting up to %s s",
+        _in_flight,
+        open_streams,
+        settings.SHUTDOWN_GRACE,
+    )
     _stop_when_drained(reactor)
 
 
 def _stop_when_drained(reactor: Any) -> None:
-    waited = time.monotonic() - _draining_since
+    waited = time.monotonic() - (_draining_since or 0.0)
     if _in_flight and waited < settings.SHUTDOWN_GRACE:
         reactor.callLater(0.05, _stop_when_drained, reactor)
         return

@@ -28,8 +28,18 @@ sys.path.insert(0, str(ROOT))
 
 from tests.chaos import FAULTS, Knobs, Plan, Report, Stack, counts, run, seconds, table  # noqa: E402
 
-KNOBS = Knobs(sweep_every=5, unclaimed_after=10, soft_limit=15, hard_limit=30, lost_grace=5, push_sweep_every=5,
-              push_timeout=5, push_backoff_base=0.5, sse_heartbeat=5, concurrency=4)
+KNOBS = Knobs(
+    sweep_every=5,
+    unclaimed_after=10,
+    soft_limit=15,
+    hard_limit=30,
+    lost_grace=5,
+    push_sweep_every=5,
+    push_timeout=5,
+    push_backoff_base=0.5,
+    sse_heartbeat=5,
+    concurrency=4,
+)
 # (SendMessage answers again, a new task is done) within these many seconds of the return,
 # as tests/test_chaos.py asks. A new task queues behind the backlog the fault left; after
 # Redis it waits for the worker to reconnect (kombu backs off 2, 4, 6 ... s).
@@ -46,10 +56,15 @@ def figures(report: Report) -> str:
         ("stuck / lost", f"{len(report.stuck)} / {len(report.lost)}"),
         ("event logs with a gap / a duplicate seq", f"{len(report.log_gaps)} / {len(report.log_dups)}"),
         ("runs given again after their worker was lost", str(report.reruns)),
-        ("streams complete / resumed with Last-Event-ID", f"{report.streams - len(report.streams_incomplete)} of "
-                                                           f"{report.streams} / {report.stream_resumes}"),
+        (
+            "streams complete / resumed with Last-Event-ID",
+            f"{report.streams - len(report.streams_incomplete)} of {report.streams} / {report.stream_resumes}",
+        ),
         ("stream breaks", counts(report.stream_breaks)),
-        ("push configs served every event", f"{report.pushed_tasks - len(report.push_missing)} of {report.pushed_tasks}"),
+        (
+            "push configs served every event",
+            f"{report.pushed_tasks - len(report.push_missing)} of {report.pushed_tasks}",
+        ),
         ("outage (fault to dependency back) s", f"{report.window.back_at - report.window.fault_at:.1f}"),
         ("requests during the outage", counts(report.outage)),
         ("slowest answer during the outage s", f"{report.slowest_s:.1f}"),
@@ -80,17 +95,34 @@ def main() -> int:
     parser.add_argument("--postgres-down", type=float, default=2.0, help="seconds Postgres stays down")
     args = parser.parse_args()
 
-    plan = Plan(tasks=args.tasks, streams=args.streams, push_every=4, spread=args.spread, fault_after=args.spread / 3,
-                kills=3, kill_every=3.0, redis_down=args.redis_down, postgres_down=args.postgres_down, web_down=1.0,
-                client_timeout=5.0, settle_within=120.0, push_within=30.0)
-    started = dt.datetime.now(dt.timezone.utc)
+    plan = Plan(
+        tasks=args.tasks,
+        streams=args.streams,
+        push_every=4,
+        spread=args.spread,
+        fault_after=args.spread / 3,
+        kills=3,
+        kill_every=3.0,
+        redis_down=args.redis_down,
+        postgres_down=args.postgres_down,
+        web_down=1.0,
+        client_timeout=5.0,
+        settle_within=120.0,
+        push_within=30.0,
+    )
+    started = dt.datetime.now(dt.UTC)
     header = [
-        f"# Chaos run {started:%Y-%m-%d %H:%M} UTC", "",
-        f"Machine: {os.cpu_count()} vCPUs, {platform.platform()}; Postgres 15 and Redis 7 of our own on the same machine.",
-        f"Server settings: {KNOBS}.", f"Load per fault: {plan}.", "",
+        f"# Chaos run {started:%Y-%m-%d %H:%M} UTC",
+        "",
+        f"Machine: {os.cpu_count()} vCPUs, {platform.platform()}; "
+        "Postgres 15 and Redis 7 of our own on the same machine.",
+        f"Server settings: {KNOBS}.",
+        f"Load per fault: {plan}.",
+        "",
         "Seconds are counted from the moment the dependency was back (Redis answers PING, Postgres accepts "
         "connections, daphne answers /healthz; for worker-kill the last kill). A client timeout is "
-        f"{plan.client_timeout:.0f} s.", "",
+        f"{plan.client_timeout:.0f} s.",
+        "",
     ]
     print("\n".join(header), flush=True)
     sections, reports = [], []
@@ -101,13 +133,18 @@ def main() -> int:
         reports.append(report)
         sections.append(figures(report) + f"\n\n(took {time.monotonic() - began:.0f} s with start-up)")
         print(sections[-1] + "\n", flush=True)
-    text = "\n".join(header) + "\n## Summary\n\n" + table(reports) + "\n\n## Per fault\n\n" + "\n\n".join(sections) + "\n"
+    text = (
+        "\n".join(header) + "\n## Summary\n\n" + table(reports) + "\n\n## Per fault\n\n" + "\n\n".join(sections) + "\n"
+    )
     out = ROOT / "bench" / "results" / f"chaos-{started:%Y%m%d-%H%M%S}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print("## Summary\n\n" + table(reports) + f"\n\nsaved to {out.relative_to(ROOT)}")
-    return 0 if all(not r.violations(recovery_within=BOUNDS[r.fault][0], served_within=BOUNDS[r.fault][1])
-                    for r in reports) else 1
+    return (
+        0
+        if all(not r.violations(recovery_within=BOUNDS[r.fault][0], served_within=BOUNDS[r.fault][1]) for r in reports)
+        else 1
+    )
 
 
 if __name__ == "__main__":

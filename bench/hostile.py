@@ -14,6 +14,7 @@ Needs what `make test` needs (Postgres, Redis, the project's .venv). From the re
     python3 bench/hostile.py                    # ~20,000 requests across daphne
     python3 bench/hostile.py --examples 200     # a quicker look
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,15 +33,19 @@ def main() -> int:
     parser.add_argument("--in-process", action="store_true", help="also run through Django's handler")
     args = parser.parse_args()
 
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     report = REPO / "bench" / "results" / f"hostile-{stamp}.md"
     report.parent.mkdir(parents=True, exist_ok=True)
     python = REPO / ".venv" / "bin" / "python"
     if not python.exists():
         print("no .venv: run `make venv` (or `make test`) first", file=sys.stderr)
         return 2
-    env = {**os.environ, "HOSTILE_PROFILE": "long", "HOSTILE_EXAMPLES": str(args.examples),
-           "HOSTILE_REPORT": str(report)}
+    env = {
+        **os.environ,
+        "HOSTILE_PROFILE": "long",
+        "HOSTILE_EXAMPLES": str(args.examples),
+        "HOSTILE_REPORT": str(report),
+    }
     selection = [] if args.in_process else ["-k", "across_daphne"]
     # scripts/test.sh finds Postgres and Redis (or starts them) as `make test` does.
     command = ["bash", "scripts/test.sh", "tests/test_hostile.py", *selection, "-q"]

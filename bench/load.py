@@ -32,6 +32,7 @@ Examples::
     python bench/load.py --url http://127.0.0.1:8000/agents/demo/echo/ \
         --api-key "$KEY" --mode immediate -c 32 --duration 10 --json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,9 @@ MAX_ERROR_SAMPLES = 5
 class Target:
     """Where to send requests and which fixed headers to send."""
 
-    def __init__(self, url: str, api_key: str | None = None, api_key_header: str = "X-API-Key",
-                 a2a_version: str = "1.0") -> None:
+    def __init__(
+        self, url: str, api_key: str | None = None, api_key_header: str = "X-API-Key", a2a_version: str = "1.0"
+    ) -> None:
         u = urlsplit(url)
         if u.scheme != "http":
             raise ValueError(f"only http:// URLs are supported, got {url!r}")
@@ -89,15 +91,20 @@ class Target:
         self._post_line = f"POST {self.path} HTTP/1.1\r\n".encode("latin-1")
 
     def post(self, body: bytes) -> bytes:
-        return b"".join((
-            self._post_line, self._head,
-            b"Content-Length: ", str(len(body)).encode(), b"\r\n\r\n", body,
-        ))
+        return b"".join(
+            (
+                self._post_line,
+                self._head,
+                b"Content-Length: ",
+                str(len(body)).encode(),
+                b"\r\n\r\n",
+                body,
+            )
+        )
 
     def get(self, path: str) -> bytes:
         hostport = self.host if self.port == 80 else f"{self.host}:{self.port}"
-        return (f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: keep-alive\r\n\r\n"
-                .encode("latin-1"))
+        return f"GET {path} HTTP/1.1\r\nHost: {hostport}\r\nConnection: keep-alive\r\n\r\n".encode("latin-1")
 
 
 def send_message_body(req_id: int, mode: str, text: str = "hello") -> bytes:
@@ -136,15 +143,14 @@ class Conn:
         self.connects = 0
 
     async def _connect(self) -> None:
-        self.reader, self.writer = await asyncio.open_connection(
-            self.target.host, self.target.port, limit=1 << 20)
+        self.reader, self.writer = await asyncio.open_connection(self.target.host, self.target.port, limit=1 << 20)
         self.connects += 1
 
     def close(self) -> None:
         if self.writer is not None:
             try:
                 self.writer.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - closing a connection that may be broken
                 pass
         self.reader = self.writer = None
 
@@ -238,9 +244,16 @@ def percentile(sorted_vals: list[float], p: float) -> float | None:
     return sorted_vals[k]
 
 
-async def run_load(target: Target, mode: str, concurrency: int, duration: float = 10.0,
-                   warmup: float = 2.0, max_requests: int | None = None,
-                   timeout: float = 30.0, text: str = "hello") -> dict:
+async def run_load(
+    target: Target,
+    mode: str,
+    concurrency: int,
+    duration: float = 10.0,
+    warmup: float = 2.0,
+    max_requests: int | None = None,
+    timeout: float = 30.0,
+    text: str = "hello",
+) -> dict:
     """Run one (mode, concurrency) point and return its figures as a dict."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}")
@@ -252,8 +265,7 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
     errors: Counter = Counter()
     error_samples: list[str] = []
     warm_errors: Counter = Counter()
-    state = {"n": 0, "done": 0, "all_ok": 0, "last_task": None, "any_task": None,
-             "last_done_at": None}
+    state = {"n": 0, "done": 0, "all_ok": 0, "last_task": None, "any_task": None, "last_done_at": None}
     t_start = clock()
     t_measure = t_start + warmup
     t_end = t_measure + duration
@@ -278,12 +290,11 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
             t0 = clock()
             try:
                 status, body = await asyncio.wait_for(conn.request(raw), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 t1 = clock()
                 record_error("timeout", f"no response in {timeout}s", t1 >= t_measure and t1 <= t_end)
                 continue
-            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
-                    HTTPError, ValueError) as exc:
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, HTTPError, ValueError) as exc:
                 t1 = clock()
                 record_error("conn_" + type(exc).__name__, repr(exc), t1 >= t_measure and t1 <= t_end)
                 # do not spin on a dead server: the loop is still bounded by t_end
@@ -311,7 +322,7 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
     for c in conns:
         try:
             await asyncio.wait_for(c._connect(), timeout)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             connect_errors += 1
     t_start = clock()
     t_measure = t_start + warmup
@@ -324,7 +335,7 @@ async def run_load(target: Target, mode: str, concurrency: int, duration: float 
     gathered.add_done_callback(lambda f: f.cancelled() or f.exception())
     try:
         await asyncio.wait_for(gathered, hard_deadline - clock() + 1.0)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         for t in tasks:
             t.cancel()
     cpu1 = time.process_time()
@@ -374,8 +385,7 @@ async def get_task_state(target: Target, task_id: str, timeout: float = 10.0) ->
     """The task's state via GetTask; "error:<what>" when the server answers with an error."""
     conn = Conn(target)
     try:
-        status, body = await asyncio.wait_for(conn.request(target.post(get_task_body(1, task_id))),
-                                              timeout)
+        status, body = await asyncio.wait_for(conn.request(target.post(get_task_body(1, task_id))), timeout)
     finally:
         conn.close()
     if status != 200:
@@ -391,8 +401,9 @@ async def get_task_state(target: Target, task_id: str, timeout: float = 10.0) ->
         return "error:bad_json"
 
 
-async def wait_task_terminal(target: Target, task_id: str, limit: float = 60.0,
-                             interval: float = 0.2) -> tuple[float, str | None]:
+async def wait_task_terminal(
+    target: Target, task_id: str, limit: float = 60.0, interval: float = 0.2
+) -> tuple[float, str | None]:
     """Poll GetTask until the task is terminal/interrupted; bounded by ``limit`` seconds,
     and given up after 3 error answers in a row.  Returns (seconds waited, last state)."""
     t0 = time.perf_counter()
@@ -401,7 +412,7 @@ async def wait_task_terminal(target: Target, task_id: str, limit: float = 60.0,
     while True:
         try:
             state = await get_task_state(target, task_id)
-        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, HTTPError, ValueError):
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, HTTPError, ValueError):
             state = "error:connection"
         errors = errors + 1 if state and state.startswith("error:") else 0
         waited = time.perf_counter() - t0
@@ -430,28 +441,34 @@ def install_uvloop() -> bool:
 def format_line(r: dict) -> str:
     def f(v):
         return "-" if v is None else f"{v:.1f}"
-    return (f"{r['mode']:<9} c={r['concurrency']:<3} requests={r['requests']:<6} "
-            f"errors={r['errors']:<4} req/s={r['rps']:<8.1f} p50={f(r['p50_ms'])}ms "
-            f"p90={f(r['p90_ms'])}ms p99={f(r['p99_ms'])}ms max={f(r['max_ms'])}ms "
-            f"client_cpu={r['client_cpu_pct']}%")
+
+    return (
+        f"{r['mode']:<9} c={r['concurrency']:<3} requests={r['requests']:<6} "
+        f"errors={r['errors']:<4} req/s={r['rps']:<8.1f} p50={f(r['p50_ms'])}ms "
+        f"p90={f(r['p90_ms'])}ms p99={f(r['p99_ms'])}ms max={f(r['max_ms'])}ms "
+        f"client_cpu={r['client_cpu_pct']}%"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--url", required=True, help="JSON-RPC endpoint (http://127.0.0.1:PORT/...)")
-    p.add_argument("--mode", choices=MODES, action="append",
-                   help="immediate = returnImmediately:true, blocking = wait for completion "
-                        "(repeatable; default both)")
-    p.add_argument("-c", "--concurrency", default="1,8,32,64",
-                   help="comma-separated connection counts")
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        action="append",
+        help="immediate = returnImmediately:true, blocking = wait for completion (repeatable; default both)",
+    )
+    p.add_argument("-c", "--concurrency", default="1,8,32,64", help="comma-separated connection counts")
     p.add_argument("--duration", type=float, default=10.0, help="measured seconds per point")
     p.add_argument("--warmup", type=float, default=2.0, help="warm-up seconds per point (discarded)")
-    p.add_argument("--requests", type=int, default=None,
-                   help="also stop a point after this many successful measured requests")
+    p.add_argument(
+        "--requests", type=int, default=None, help="also stop a point after this many successful measured requests"
+    )
     p.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, seconds")
-    p.add_argument("--api-key", default=os.environ.get("BENCH_API_KEY"),
-                   help="API key (env BENCH_API_KEY)")
+    p.add_argument("--api-key", default=os.environ.get("BENCH_API_KEY"), help="API key (env BENCH_API_KEY)")
     p.add_argument("--api-key-header", default="X-API-Key")
     p.add_argument("--text", default="hello", help="user text sent in every message")
     p.add_argument("--uvloop", action="store_true", help="use uvloop if installed")
@@ -468,8 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for mode in modes:
         for c in conc:
-            r = asyncio.run(run_load(target, mode, c, a.duration, a.warmup, a.requests,
-                                     a.timeout, a.text))
+            r = asyncio.run(run_load(target, mode, c, a.duration, a.warmup, a.requests, a.timeout, a.text))
             r["client_loop"] = loop_name
             results.append(r)
             if not a.json:

@@ -17,6 +17,7 @@ Standard library only; run it with any Python >= 3.9 from anywhere:
 
 See bench/README.md for what is measured and what the numbers mean.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -69,8 +70,8 @@ def _proc_stats():
         except OSError:
             continue
         lpar, rpar = data.find("("), data.rfind(")")
-        comm = data[lpar + 1:rpar]
-        rest = data[rpar + 2:].split()
+        comm = data[lpar + 1 : rpar]
+        rest = data[rpar + 2 :].split()
         try:
             session = int(rest[3])
             # utime + stime + cutime + cstime: a child that has exited and been
@@ -119,16 +120,21 @@ class Proc:
     """A child started in its own session, so it and all its children (uvicorn
     workers, celery pool processes) can be stopped together by process group."""
 
-    def __init__(self, name: str, argv: list[str], logfile: Path, env: dict | None = None,
-                 cwd: Path = REPO) -> None:
+    def __init__(self, name: str, argv: list[str], logfile: Path, env: dict | None = None, cwd: Path = REPO) -> None:
         self.name = name
         self.argv = argv
         self.logfile = logfile
         self._log = open(logfile, "ab")
         log(f"starting {name}: {shlex.join(argv)}  (log {rel(logfile)})")
-        self.p = subprocess.Popen(argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL,
-                                  stdout=self._log, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        self.p = subprocess.Popen(
+            argv,
+            cwd=str(cwd),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.pid = self.p.pid  # == its process group id and session id
 
     def alive(self) -> bool:
@@ -164,17 +170,16 @@ class Proc:
         return "\n".join(lines[-n:])
 
 
-def run_checked(argv: list[str], logfile: Path, env: dict | None = None,
-                timeout: float = 300.0) -> str:
+def run_checked(argv: list[str], logfile: Path, env: dict | None = None, timeout: float = 300.0) -> str:
     """Run a setup command to completion; return its stdout; raise with the log tail on failure."""
     log(f"running: {shlex.join(argv)}")
-    r = subprocess.run(argv, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL,
-                       capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(
+        argv, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+    )
     with open(logfile, "a") as f:
         f.write(f"$ {shlex.join(argv)}\n{r.stdout}{r.stderr}\n")
     if r.returncode != 0:
-        raise RuntimeError(f"{shlex.join(argv)} failed (exit {r.returncode}):\n"
-                           f"{(r.stdout + r.stderr)[-3000:]}")
+        raise RuntimeError(f"{shlex.join(argv)} failed (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
     return r.stdout
 
 
@@ -183,29 +188,58 @@ def run_checked(argv: list[str], logfile: Path, env: dict | None = None,
 # --------------------------------------------------------------------------- #
 def _pg_parts(url: str) -> dict:
     u = urlsplit(url.replace("postgresql+asyncpg://", "postgresql://", 1))
-    return {"host": u.hostname or "127.0.0.1", "port": str(u.port or 5432),
-            "user": unquote(u.username or "postgres"), "db": unquote(u.path.lstrip("/"))}
+    return {
+        "host": u.hostname or "127.0.0.1",
+        "port": str(u.port or 5432),
+        "user": unquote(u.username or "postgres"),
+        "db": unquote(u.path.lstrip("/")),
+    }
 
 
 def _psql(parts: dict, sql: str) -> str:
     psql = shutil.which("psql")
     if not psql:
-        raise RuntimeError("psql is needed to create the benchmark databases (apt-get install "
-                           "postgresql-client)")
+        raise RuntimeError("psql is needed to create the benchmark databases (apt-get install postgresql-client)")
     env = dict(os.environ)
     if parts.get("password"):
         env["PGPASSWORD"] = parts["password"]
-    r = subprocess.run([psql, "-h", parts["host"], "-p", parts["port"], "-U", parts["user"],
-                        "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-tAc", sql],
-                       capture_output=True, text=True, stdin=subprocess.DEVNULL, env=env,
-                       timeout=60)
+    r = subprocess.run(
+        [
+            psql,
+            "-h",
+            parts["host"],
+            "-p",
+            parts["port"],
+            "-U",
+            parts["user"],
+            "-d",
+            "postgres",
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-tAc",
+            sql,
+        ],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        timeout=60,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"psql failed: {r.stderr.strip()}")
     return r.stdout.strip()
 
 
-PG_STAT_COLS = ("sessions", "xact_commit", "xact_rollback", "tup_returned", "tup_fetched",
-                "tup_inserted", "tup_updated", "tup_deleted")
+PG_STAT_COLS = (
+    "sessions",
+    "xact_commit",
+    "xact_rollback",
+    "tup_returned",
+    "tup_fetched",
+    "tup_inserted",
+    "tup_updated",
+    "tup_deleted",
+)
 
 
 def pg_stats(urls: dict[str, str]) -> dict[str, dict[str, int]]:
@@ -216,14 +250,17 @@ def pg_stats(urls: dict[str, str]) -> dict[str, dict[str, int]]:
     for side, url in urls.items():
         parts = _pg_parts(url)
         try:
-            row = _psql(parts, "SELECT pg_stat_clear_snapshot(); SELECT "
-                        + ", ".join(PG_STAT_COLS)
-                        + f" FROM pg_stat_database WHERE datname = '{parts['db']}'")
+            row = _psql(
+                parts,
+                "SELECT pg_stat_clear_snapshot(); SELECT "
+                + ", ".join(PG_STAT_COLS)
+                + f" FROM pg_stat_database WHERE datname = '{parts['db']}'",
+            )
         except Exception:  # noqa: BLE001 - diagnostics only
             continue
         vals = row.strip().splitlines()[-1].split("|") if row.strip() else []
         if len(vals) == len(PG_STAT_COLS):
-            out[side] = {k: int(v or 0) for k, v in zip(PG_STAT_COLS, vals)}
+            out[side] = {k: int(v or 0) for k, v in zip(PG_STAT_COLS, vals, strict=True)}
     return out
 
 
@@ -234,8 +271,9 @@ def ensure_database(url: str, fresh: bool) -> None:
         raise RuntimeError(f"unexpected database name {db!r} in {url}")
     if fresh:
         if "bench" not in db:
-            raise RuntimeError(f"refusing to drop {db!r}: only databases whose name contains "
-                               "'bench' are recreated (use --keep-db)")
+            raise RuntimeError(
+                f"refusing to drop {db!r}: only databases whose name contains 'bench' are recreated (use --keep-db)"
+            )
         log(f"recreating database {db}")
         _psql(parts, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         _psql(parts, f'CREATE DATABASE "{db}"')
@@ -254,13 +292,13 @@ def flush_redis(url: str) -> None:
     if not cli:
         log("redis-cli not found; not flushing the benchmark Redis db")
         return
-    subprocess.run([cli, "-u", url, "flushdb"], capture_output=True, timeout=30,
-                   stdin=subprocess.DEVNULL)
+    subprocess.run([cli, "-u", url, "flushdb"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
     log(f"flushed {url}")
 
 
 def port_free(port: int) -> bool:
     import socket
+
     with socket.socket() as sock:
         sock.settimeout(1.0)
         return sock.connect_ex(("127.0.0.1", port)) != 0
@@ -268,23 +306,24 @@ def port_free(port: int) -> bool:
 
 def require_free_port(port: int, what: str, flag: str) -> None:
     if not port_free(port):
-        raise RuntimeError(f"127.0.0.1:{port} is already in use (another {what}?); stop it or "
-                           f"pick another port with {flag}")
+        raise RuntimeError(
+            f"127.0.0.1:{port} is already in use (another {what}?); stop it or pick another port with {flag}"
+        )
 
 
 # --------------------------------------------------------------------------- #
 # Readiness
 # --------------------------------------------------------------------------- #
-def wait_ready(target: load.Target, card_paths: list[str], procs: list[Proc],
-               limit: float) -> str:
+def wait_ready(target: load.Target, card_paths: list[str], procs: list[Proc], limit: float) -> str:
     """Poll GET <card path> until 200; bounded by ``limit`` seconds."""
     deadline = time.monotonic() + limit
     last = "no answer"
     while time.monotonic() < deadline:
         for p in procs:
             if not p.alive():
-                raise RuntimeError(f"{p.name} exited (code {p.p.returncode}) before it was "
-                                   f"ready; last log lines:\n{p.tail()}")
+                raise RuntimeError(
+                    f"{p.name} exited (code {p.p.returncode}) before it was ready; last log lines:\n{p.tail()}"
+                )
         for path in card_paths:
             try:
                 status, _ = asyncio.run(load.http_get(target, path, timeout=3.0))
@@ -306,14 +345,16 @@ def smoke(target: load.Target, procs: list[Proc], limit: float) -> dict:
     while time.monotonic() < deadline:
         for p in procs:
             if not p.alive():
-                raise RuntimeError(f"{p.name} exited (code {p.p.returncode}); last log "
-                                   f"lines:\n{p.tail()}")
+                raise RuntimeError(f"{p.name} exited (code {p.p.returncode}); last log lines:\n{p.tail()}")
         conn = load.Conn(target)
         try:
             t0 = time.perf_counter()
-            status, body = asyncio.run(asyncio.wait_for(
-                conn.request(target.post(load.send_message_body(0, "blocking"))),
-                max(1.0, deadline - time.monotonic())))
+            status, body = asyncio.run(
+                asyncio.wait_for(
+                    conn.request(target.post(load.send_message_body(0, "blocking"))),
+                    max(1.0, deadline - time.monotonic()),
+                )
+            )
             dt = time.perf_counter() - t0
             kind, task_id = load.check_send_response(status, body, "blocking")
             if kind is None:
@@ -351,13 +392,13 @@ def ensure_peer_venv(python: Path, a) -> None:
     if python.exists():
         return
     if not a.setup_peer_venv:
-        raise RuntimeError(f"{python} not found; create it (see bench/README.md) or pass "
-                           "--setup-peer-venv")
+        raise RuntimeError(f"{python} not found; create it (see bench/README.md) or pass --setup-peer-venv")
     venv = python.parent.parent
     log(f"creating the peer venv {venv} (a2a-sdk from PyPI)")
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-r",
-                    str(BENCH_DIR / "peer-requirements.txt")], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "-r", str(BENCH_DIR / "peer-requirements.txt")], check=True
+    )
 
 
 def start_peer(a, logdir: Path) -> Side:
@@ -373,8 +414,21 @@ def start_peer(a, logdir: Path) -> Side:
     require_free_port(a.peer_port, "peer", "--peer-port")
     ensure_peer_venv(python, a)
     ensure_database(a.peer_dsn, fresh=False)  # the peer truncates its own table
-    argv = [str(python), str(script), "--store", "db", "--dsn", a.peer_dsn, "--truncate",
-            "--host", "127.0.0.1", "--port", str(a.peer_port), "--workers", str(a.peer_workers)]
+    argv = [
+        str(python),
+        str(script),
+        "--store",
+        "db",
+        "--dsn",
+        a.peer_dsn,
+        "--truncate",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(a.peer_port),
+        "--workers",
+        str(a.peer_workers),
+    ]
     argv += shlex.split(a.peer_args)
     side.procs.append(Proc("peer", argv, logdir / "peer.log"))
     url = f"http://127.0.0.1:{a.peer_port}/"
@@ -382,8 +436,12 @@ def start_peer(a, logdir: Path) -> Side:
     side.info = {"url": url, "argv": argv, "script": str(script)}
     wait_ready(side.target, ["/.well-known/agent-card.json"], side.procs, a.ready_timeout)
     try:
-        ver = subprocess.run([str(python), "-c", "from importlib.metadata import version as v;"
-                              "print(v('a2a-sdk'))"], capture_output=True, text=True, timeout=30)
+        ver = subprocess.run(
+            [str(python), "-c", "from importlib.metadata import version as v;print(v('a2a-sdk'))"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         side.info["a2a_sdk"] = ver.stdout.strip()
     except Exception:  # noqa: BLE001
         pass
@@ -392,14 +450,16 @@ def start_peer(a, logdir: Path) -> Side:
 
 def ours_env(a) -> dict:
     env = dict(os.environ)
-    env.update({
-        "DATABASE_URL": a.database_url,
-        "REDIS_URL": a.redis_url,
-        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
-        "DJANGO_DEBUG": "0",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "DATABASE_URL": a.database_url,
+            "REDIS_URL": a.redis_url,
+            "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+            "DJANGO_DEBUG": "0",
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.pop("AGENTSERVER_EMBEDDED", None)
     for kv in a.ours_env:
         k, sep, v = kv.partition("=")
@@ -418,8 +478,7 @@ def start_ours(a, logdir: Path) -> Side:
     if a.ours_external:
         if not a.api_key:
             raise RuntimeError("--ours-external needs --api-key (or BENCH_API_KEY)")
-        seed = {"api_key": a.api_key, "api_key_header": "X-API-Key",
-                "agents": {"echo": a.ours_agent_path}}
+        seed = {"api_key": a.api_key, "api_key_header": "X-API-Key", "agents": {"echo": a.ours_agent_path}}
     else:
         require_free_port(a.ours_port, "server, e.g. a dev `make run`", "--ours-port")
         ensure_database(a.database_url, fresh=not a.keep_db)
@@ -442,13 +501,15 @@ def start_ours(a, logdir: Path) -> Side:
     path = seed.get("agents", {}).get("echo") or a.ours_agent_path
     url = f"http://127.0.0.1:{a.ours_port}{path}"
     side.target = load.Target(url, seed.get("api_key"), seed.get("api_key_header") or "X-API-Key")
-    side.info = {"url": url, "worker_cmd": a.worker_cmd, "web_cmd": a.web_cmd,
-                 "env": {k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_DEBUG",
-                                             "LOG_LEVEL")},
-                 "extra_env": a.ours_env}
+    side.info = {
+        "url": url,
+        "worker_cmd": a.worker_cmd,
+        "web_cmd": a.web_cmd,
+        "env": {k: env[k] for k in ("DATABASE_URL", "REDIS_URL", "DJANGO_DEBUG", "LOG_LEVEL")},
+        "extra_env": a.ours_env,
+    }
     card = path.rstrip("/") + "/.well-known/agent-card.json"
-    side.info["card"] = wait_ready(side.target, [card, "/.well-known/agent-card.json"],
-                                   side.procs, a.ready_timeout)
+    side.info["card"] = wait_ready(side.target, [card, "/.well-known/agent-card.json"], side.procs, a.ready_timeout)
     return side
 
 
@@ -484,9 +545,14 @@ def summarize(results: list[dict]) -> list[dict]:
         groups.setdefault((r["mode"], r["concurrency"], r["side"]), []).append(r)
     rows = []
     for (mode, c, side), rs in groups.items():
-        row = {"mode": mode, "concurrency": c, "side": side, "rounds": len(rs),
-               "requests": sum(r["requests"] for r in rs),
-               "errors": sum(r["errors"] for r in rs)}
+        row = {
+            "mode": mode,
+            "concurrency": c,
+            "side": side,
+            "rounds": len(rs),
+            "requests": sum(r["requests"] for r in rs),
+            "errors": sum(r["errors"] for r in rs),
+        }
         for k in SUMMARY_KEYS:
             row[k] = _median([r.get(k) for r in rs])
         rows.append(row)
@@ -502,13 +568,14 @@ def markdown(results: list[dict], sides: list[str]) -> str:
     both = len(sides) == 2
     out = []
     if rounds > 1:
-        out.append(f"Figures below the first table are per round; the first table shows the "
-                   f"median of {rounds} rounds.")
+        out.append(f"Figures below the first table are per round; the first table shows the median of {rounds} rounds.")
         out.append("")
     if both:
-        out.append("| mode | conc | ours req/s | peer req/s | **req/s ours/peer** | ours p50 ms "
-                   "| peer p50 ms | ours p99 ms | peer p99 ms | **p99 ours/peer** "
-                   "| **CPU/req ours/peer** | **done/s ours/peer** | errors ours | errors peer |")
+        out.append(
+            "| mode | conc | ours req/s | peer req/s | **req/s ours/peer** | ours p50 ms "
+            "| peer p50 ms | ours p99 ms | peer p99 ms | **p99 ours/peer** "
+            "| **CPU/req ours/peer** | **done/s ours/peer** | errors ours | errors peer |"
+        )
         out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for (mode, c), d in pts.items():
             o, p = d.get("ours"), d.get("peer")
@@ -521,11 +588,13 @@ def markdown(results: list[dict], sides: list[str]) -> str:
                 f"**{_ratio(g(o, 'total_cpu_ms_per_req'), g(p, 'total_cpu_ms_per_req'))}** | "
                 f"**{_ratio(g(o, 'done_per_s'), g(p, 'done_per_s'))}** | "
                 f"{_fmt(g(o, 'errors'), 0)} | "
-                f"{_fmt(g(p, 'errors'), 0)} |")
+                f"{_fmt(g(p, 'errors'), 0)} |"
+            )
         out.append("")
     else:
-        out.append("| server | mode | conc | req/s | done/s | p50 ms | p90 ms | p99 ms | max ms "
-                   "| total CPU ms/req | errors |")
+        out.append(
+            "| server | mode | conc | req/s | done/s | p50 ms | p90 ms | p99 ms | max ms | total CPU ms/req | errors |"
+        )
         out.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for row in summary:
             out.append(
@@ -533,11 +602,14 @@ def markdown(results: list[dict], sides: list[str]) -> str:
                 f"{_fmt(row['done_per_s'])} | "
                 f"{_fmt(row['p50_ms'])} | {_fmt(row['p90_ms'])} | {_fmt(row['p99_ms'])} | "
                 f"{_fmt(row['max_ms'])} | {_fmt(row['total_cpu_ms_per_req'], 2)} | "
-                f"{row['errors']} |")
+                f"{row['errors']} |"
+            )
         out.append("")
-    out.append("| server | round | mode | conc | requests | errors | req/s | p50 ms | p90 ms "
-               "| p99 ms | max ms | server CPU ms/req | postgres CPU ms/req | total CPU ms/req "
-               "| PG sessions/req | PG xacts/req | drain s | done/s | client CPU % | steal % |")
+    out.append(
+        "| server | round | mode | conc | requests | errors | req/s | p50 ms | p90 ms "
+        "| p99 ms | max ms | server CPU ms/req | postgres CPU ms/req | total CPU ms/req "
+        "| PG sessions/req | PG xacts/req | drain s | done/s | client CPU % | steal % |"
+    )
     out.append("|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in results:
         out.append(
@@ -550,14 +622,16 @@ def markdown(results: list[dict], sides: list[str]) -> str:
             f"{_fmt((r.get('pg_per_request') or {}).get('sessions'), 2)} | "
             f"{_fmt((r.get('pg_per_request') or {}).get('xact_commit'), 1)} | "
             f"{_fmt(r.get('drain_s'), 1)} | {_fmt(r.get('done_per_s'))} | "
-            f"{_fmt(r.get('client_cpu_pct'), 0)} | {_fmt(r.get('steal_pct'), 0)} |")
+            f"{_fmt(r.get('client_cpu_pct'), 0)} | {_fmt(r.get('steal_pct'), 0)} |"
+        )
     errs = [r for r in results if r["errors"]]
     if errs:
         out.append("")
         out.append("Errors (counted, never in req/s or latencies):")
         for r in errs:
-            out.append(f"- {r['side']} {r['mode']} c={r['concurrency']}: {r['error_kinds']}; "
-                       f"e.g. {r['error_samples'][:1]}")
+            out.append(
+                f"- {r['side']} {r['mode']} c={r['concurrency']}: {r['error_kinds']}; e.g. {r['error_samples'][:1]}"
+            )
     return "\n".join(out)
 
 
@@ -565,65 +639,90 @@ def markdown(results: list[dict], sides: list[str]) -> str:
 # Main
 # --------------------------------------------------------------------------- #
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description="Side-by-side A2A SendMessage benchmark "
-                                "(ours vs. a2a-sdk peer)",
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description="Side-by-side A2A SendMessage benchmark (ours vs. a2a-sdk peer)",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     g = p.add_argument_group("what to run")
     g.add_argument("--only", choices=SIDES, help="benchmark one server only")
-    g.add_argument("--modes", default="immediate,blocking",
-                   help="comma list of immediate (returnImmediately:true) and blocking")
+    g.add_argument(
+        "--modes", default="immediate,blocking", help="comma list of immediate (returnImmediately:true) and blocking"
+    )
     g.add_argument("-c", "--concurrency", default="1,8,32,64", help="comma list")
     g.add_argument("--duration", type=float, default=10.0, help="measured seconds per point")
     g.add_argument("--warmup", type=float, default=2.0, help="discarded seconds per point")
-    g.add_argument("--requests", type=int, default=None,
-                   help="also end a point after this many measured successes")
+    g.add_argument("--requests", type=int, default=None, help="also end a point after this many measured successes")
     g.add_argument("--timeout", type=float, default=30.0, help="per-request timeout, s")
-    g.add_argument("--rounds", type=int, default=1,
-                   help="repeat the whole sweep; the summary shows the median per point")
+    g.add_argument(
+        "--rounds", type=int, default=1, help="repeat the whole sweep; the summary shows the median per point"
+    )
     g.add_argument("--pause", type=float, default=1.0, help="idle seconds between points")
-    g.add_argument("--drain-timeout", type=float, default=60.0,
-                   help="after an immediate point, wait at most this long for the last "
-                        "accepted task to finish (GetTask) before the next point")
+    g.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="after an immediate point, wait at most this long for the last "
+        "accepted task to finish (GetTask) before the next point",
+    )
     g.add_argument("--uvloop", action="store_true", help="client on uvloop if importable")
     g.add_argument("--label", default="", help="free text stored with the results")
     g.add_argument("--results-dir", default=str(BENCH_DIR / "results"))
 
     g = p.add_argument_group("peer (a2a-sdk)")
-    g.add_argument("--peer-script", default=os.environ.get(
-        "BENCH_PEER_SCRIPT", "../shared/bench/peer_a2a_sdk.py"),
-        help="path to peer_a2a_sdk.py, relative to the repo root (env BENCH_PEER_SCRIPT)")
-    g.add_argument("--peer-python", default=os.environ.get(
-        "BENCH_PEER_PYTHON", "bench/.peer-venv/bin/python"),
-        help="python of the peer venv (env BENCH_PEER_PYTHON)")
-    g.add_argument("--setup-peer-venv", action="store_true",
-                   help="create the peer venv from bench/peer-requirements.txt if missing")
+    g.add_argument(
+        "--peer-script",
+        default=os.environ.get("BENCH_PEER_SCRIPT", "../shared/bench/peer_a2a_sdk.py"),
+        help="path to peer_a2a_sdk.py, relative to the repo root (env BENCH_PEER_SCRIPT)",
+    )
+    g.add_argument(
+        "--peer-python",
+        default=os.environ.get("BENCH_PEER_PYTHON", "bench/.peer-venv/bin/python"),
+        help="python of the peer venv (env BENCH_PEER_PYTHON)",
+    )
+    g.add_argument(
+        "--setup-peer-venv",
+        action="store_true",
+        help="create the peer venv from bench/peer-requirements.txt if missing",
+    )
     g.add_argument("--peer-port", type=int, default=9100)
-    g.add_argument("--peer-workers", type=int, default=2,
-                   help="uvicorn worker processes of the peer (2 = the machine's cores)")
-    g.add_argument("--peer-dsn", default=os.environ.get(
-        "BENCH_PEER_DSN", "postgresql+asyncpg://postgres@127.0.0.1:5432/bench_peer"))
+    g.add_argument(
+        "--peer-workers", type=int, default=2, help="uvicorn worker processes of the peer (2 = the machine's cores)"
+    )
+    g.add_argument(
+        "--peer-dsn",
+        default=os.environ.get("BENCH_PEER_DSN", "postgresql+asyncpg://postgres@127.0.0.1:5432/bench_peer"),
+    )
     g.add_argument("--peer-args", default="", help="extra arguments for the peer script")
 
     g = p.add_argument_group("ours (Django + Celery)")
     g.add_argument("--ours-port", type=int, default=8000)
-    g.add_argument("--database-url", default=os.environ.get(
-        "BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/agentserver_bench"))
-    g.add_argument("--redis-url", default=os.environ.get(
-        "BENCH_REDIS_URL", "redis://127.0.0.1:6379/3"))
-    g.add_argument("--web-cmd", default=os.environ.get(
-        "BENCH_WEB_CMD", ".venv/bin/daphne -b 127.0.0.1 -p {port} agentserver.asgi:application"),
-        help="web server command line ({port} is replaced; env BENCH_WEB_CMD)")
-    g.add_argument("--worker-cmd", default=os.environ.get(
-        "BENCH_WORKER_CMD", ".venv/bin/celery -A agentserver worker -l warning"),
-        help="Celery worker command line (env BENCH_WORKER_CMD)")
-    g.add_argument("--ours-env", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra environment for migrate/seed/web/worker (repeatable)")
-    g.add_argument("--keep-db", action="store_true",
-                   help="do not drop/recreate the benchmark database before the run")
-    g.add_argument("--ours-external", action="store_true",
-                   help="do not start our server; benchmark the one on --ours-port")
-    g.add_argument("--api-key", default=os.environ.get("BENCH_API_KEY"),
-                   help="API key for --ours-external")
+    g.add_argument(
+        "--database-url",
+        default=os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/agentserver_bench"),
+    )
+    g.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/3"))
+    g.add_argument(
+        "--web-cmd",
+        default=os.environ.get("BENCH_WEB_CMD", ".venv/bin/daphne -b 127.0.0.1 -p {port} agentserver.asgi:application"),
+        help="web server command line ({port} is replaced; env BENCH_WEB_CMD)",
+    )
+    g.add_argument(
+        "--worker-cmd",
+        default=os.environ.get("BENCH_WORKER_CMD", ".venv/bin/celery -A agentserver worker -l warning"),
+        help="Celery worker command line (env BENCH_WORKER_CMD)",
+    )
+    g.add_argument(
+        "--ours-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for migrate/seed/web/worker (repeatable)",
+    )
+    g.add_argument("--keep-db", action="store_true", help="do not drop/recreate the benchmark database before the run")
+    g.add_argument(
+        "--ours-external", action="store_true", help="do not start our server; benchmark the one on --ours-port"
+    )
+    g.add_argument("--api-key", default=os.environ.get("BENCH_API_KEY"), help="API key for --ours-external")
     g.add_argument("--ours-agent-path", default="/agents/demo/echo/")
     g.add_argument("--ready-timeout", type=float, default=60.0)
     g.add_argument("--smoke-timeout", type=float, default=60.0)
@@ -654,6 +753,7 @@ def main(argv=None) -> int:
         # KeyboardInterrupt, not SystemExit: asyncio.run() unwinds it cleanly
         stop_signal["n"] = signum
         raise KeyboardInterrupt
+
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGHUP, _term)
     # Ctrl-C -> KeyboardInterrupt even when started with SIGINT ignored (`cmd &` in a script)
@@ -664,17 +764,24 @@ def main(argv=None) -> int:
     meta = {
         "started": _dt.datetime.now().isoformat(timespec="seconds"),
         "label": a.label,
-        "host": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                 "platform": platform.platform()},
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
         "client": {"loop": "uvloop" if a.uvloop else "asyncio", "file": "bench/load.py"},
-        "config": {"modes": modes, "concurrency": conc, "duration_s": a.duration,
-                   "warmup_s": a.warmup, "max_requests": a.requests, "timeout_s": a.timeout,
-                   "rounds": a.rounds, "peer_workers": a.peer_workers},
+        "config": {
+            "modes": modes,
+            "concurrency": conc,
+            "duration_s": a.duration,
+            "warmup_s": a.warmup,
+            "max_requests": a.requests,
+            "timeout_s": a.timeout,
+            "rounds": a.rounds,
+            "peer_workers": a.peer_workers,
+        },
         "sides": {},
     }
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+        )
         meta["git_rev"] = rev.stdout.strip() or None
     except Exception:  # noqa: BLE001
         meta["git_rev"] = None
@@ -687,8 +794,7 @@ def main(argv=None) -> int:
         for s in sides:
             side = running[s]
             side.info["smoke"] = smoke(side.target, side.procs, a.smoke_timeout)
-            log(f"{s} ready at {side.target.url} (smoke blocking echo "
-                f"{side.info['smoke']['ms']} ms)")
+            log(f"{s} ready at {side.target.url} (smoke blocking echo {side.info['smoke']['ms']} ms)")
             meta["sides"][s] = side.info
 
         # CPU is accounted per started process tree (each runs in its own session)
@@ -704,64 +810,64 @@ def main(argv=None) -> int:
                 side = running[s]
                 for p in side.procs:
                     if not p.alive():
-                        raise RuntimeError(f"{p.name} died (exit {p.p.returncode}):\n"
-                                           f"{p.tail()}")
+                        raise RuntimeError(f"{p.name} died (exit {p.p.returncode}):\n{p.tail()}")
                 pg_before = pg_stats({s: db_urls[s]}) if db_urls.get(s) else {}
                 before = cpu_snapshot(all_sessions)
-                r = asyncio.run(load.run_load(side.target, mode, c, a.duration, a.warmup,
-                                              a.requests, a.timeout))
+                r = asyncio.run(load.run_load(side.target, mode, c, a.duration, a.warmup, a.requests, a.timeout))
                 if mode == "immediate" and r.get("last_task_id"):
                     # the accepted tasks still run after the window: wait until the last one
                     # is done (bounded), so their cost is counted and does not leak into the
                     # next point
-                    waited, st = asyncio.run(load.wait_task_terminal(
-                        side.target, r["last_task_id"], a.drain_timeout))
+                    waited, st = asyncio.run(load.wait_task_terminal(side.target, r["last_task_id"], a.drain_timeout))
                     r["drain_s"] = round(waited, 2)
                     r["drain_last_state"] = st
                     if st not in load.TERMINAL_STATES:
-                        log(f"{s}: the last accepted task is still {st} after {waited:.0f}s "
-                            "(--drain-timeout); the next point starts with a backlog")
-                drain_unfinished = (mode == "immediate"
-                                    and r.get("drain_last_state") not in load.TERMINAL_STATES)
+                        log(
+                            f"{s}: the last accepted task is still {st} after {waited:.0f}s "
+                            "(--drain-timeout); the next point starts with a backlog"
+                        )
+                drain_unfinished = mode == "immediate" and r.get("drain_last_state") not in load.TERMINAL_STATES
                 after = cpu_snapshot(all_sessions)
                 d = cpu_delta(before, after)
                 pg_after = pg_stats({s: db_urls[s]}) if db_urls.get(s) else {}
                 if s in pg_before and s in pg_after:
                     # the psql probe itself is one session and one or two transactions
                     r["pg_per_request"] = {
-                        k: round((pg_after[s][k] - pg_before[s][k]) / max(1, r["all_successes"]),
-                                 2) for k in PG_STAT_COLS}
+                        k: round((pg_after[s][k] - pg_before[s][k]) / max(1, r["all_successes"]), 2)
+                        for k in PG_STAT_COLS
+                    }
                 names = [p.name for p in side.procs]
                 server_cpu = sum(d.get(n, 0.0) for n in names)
                 total = d.get("_busy", 0) + d.get("_idle", 0) + d.get("_steal", 0)
                 # CPU from the start of warm-up to the end (incl. drain), divided by every
                 # success in that time (warm-up and window)
                 n_est = max(1, r["all_successes"])
-                r.update({
-                    "side": s,
-                    "server_cpu_s": round(server_cpu, 3),
-                    "server_cpu_by_process_s": {n: d.get(n) for n in names},
-                    "server_cpu_ms_per_req": round(1000 * server_cpu / n_est, 3),
-                    "postgres_cpu_s": d.get("postgres"),
-                    "postgres_cpu_ms_per_req": round(1000 * d.get("postgres", 0) / n_est, 3),
-                    "redis_cpu_s": d.get("redis"),
-                    "total_cpu_ms_per_req": round(
-                        1000 * (server_cpu + d.get("postgres", 0) + d.get("redis", 0))
-                        / n_est, 3),
-                    # tasks finished per second, start of warm-up to end of drain: for the
-                    # immediate mode the rate the server can sustain, not just accept
-                    "done_per_s": None if drain_unfinished else round(
-                        r["all_successes"] / max(1e-9, r["wall_s"] + r.get("drain_s", 0.0)), 2),
-                    "point": point,
-                    "round": rnd,
-                    "machine_busy_pct": round(100 * d.get("_busy", 0) / total, 1)
-                    if total else None,
-                    "steal_pct": round(100 * d.get("_steal", 0) / total, 1) if total else None,
-                })
+                r.update(
+                    {
+                        "side": s,
+                        "server_cpu_s": round(server_cpu, 3),
+                        "server_cpu_by_process_s": {n: d.get(n) for n in names},
+                        "server_cpu_ms_per_req": round(1000 * server_cpu / n_est, 3),
+                        "postgres_cpu_s": d.get("postgres"),
+                        "postgres_cpu_ms_per_req": round(1000 * d.get("postgres", 0) / n_est, 3),
+                        "redis_cpu_s": d.get("redis"),
+                        "total_cpu_ms_per_req": round(
+                            1000 * (server_cpu + d.get("postgres", 0) + d.get("redis", 0)) / n_est, 3
+                        ),
+                        # tasks finished per second, start of warm-up to end of drain: for the
+                        # immediate mode the rate the server can sustain, not just accept
+                        "done_per_s": None
+                        if drain_unfinished
+                        else round(r["all_successes"] / max(1e-9, r["wall_s"] + r.get("drain_s", 0.0)), 2),
+                        "point": point,
+                        "round": rnd,
+                        "machine_busy_pct": round(100 * d.get("_busy", 0) / total, 1) if total else None,
+                        "steal_pct": round(100 * d.get("_steal", 0) / total, 1) if total else None,
+                    }
+                )
                 r.pop("url", None)
                 results.append(r)
-                log(f"{s:<4} " + load.format_line(r)
-                    + (f" drain={r['drain_s']}s" if "drain_s" in r else ""))
+                log(f"{s:<4} " + load.format_line(r) + (f" drain={r['drain_s']}s" if "drain_s" in r else ""))
                 time.sleep(a.pause)
     except KeyboardInterrupt:
         signum = stop_signal.get("n", signal.SIGINT)
@@ -781,14 +887,11 @@ def main(argv=None) -> int:
         table = markdown(results, sides)
         results_dir.mkdir(parents=True, exist_ok=True)
         base = results_dir / f"{stamp}{'-' + a.only if a.only else ''}"
-        doc = {"meta": meta, "summary": summarize(results), "results": results,
-               "complete": rc == 0}
+        doc = {"meta": meta, "summary": summarize(results), "results": results, "complete": rc == 0}
         base.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
-        base.with_suffix(".md").write_text(
-            f"# SendMessage benchmark {meta['started']}\n\n{table}\n")
+        base.with_suffix(".md").write_text(f"# SendMessage benchmark {meta['started']}\n\n{table}\n")
         print(table)
-        log(f"results: {rel(base.with_suffix('.json'))} (+ .md); "
-            f"server logs: {rel(logdir)}")
+        log(f"results: {rel(base.with_suffix('.json'))} (+ .md); server logs: {rel(logdir)}")
     else:
         log(f"no results; server logs in {rel(logdir)}")
     return rc

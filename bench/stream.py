@@ -46,12 +46,13 @@ BENCH_DIR = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH_DIR))
 
 import load  # noqa: E402
-from run import REPO, Proc, ensure_database, flush_redis, log, require_free_port, run_checked, wait_ready  # noqa: E402
+from run import Proc, ensure_database, flush_redis, log, require_free_port, run_checked, wait_ready  # noqa: E402
 
 RESULTS = BENCH_DIR / "results"
 
 
 # --- a minimal SSE client: HTTP/1.0, so the body is the event stream itself -------------------
+
 
 class Stream:
     def __init__(self, port: int, path: str, key: str, method: str, params: dict) -> None:
@@ -62,7 +63,7 @@ class Stream:
         self.writer: asyncio.StreamWriter | None = None
 
     async def run(self) -> None:
-        reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port, limit=2 ** 22)
+        reader, self.writer = await asyncio.open_connection("127.0.0.1", self.port, limit=2**22)
         head = (
             f"POST {self.path} HTTP/1.0\r\nHost: 127.0.0.1:{self.port}\r\nContent-Type: application/json\r\n"
             f"A2A-Version: 1.0\r\nX-API-Key: {self.key}\r\nAccept: text/event-stream\r\n"
@@ -100,21 +101,31 @@ class Stream:
 async def post(port: int, path: str, key: str, method: str, params: dict) -> dict:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).encode()
-    writer.write((
-        f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
-        f"X-API-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body)
+    writer.write(
+        (
+            f"POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nA2A-Version: 1.0\r\n"
+            f"X-API-Key: {key}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        + body
+    )
     raw = await reader.read()
     writer.close()
     return json.loads(raw.split(b"\r\n\r\n", 1)[1])
 
 
 def message(text: str, **metadata) -> dict:
-    return {"message": {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": text}],
-                        "metadata": metadata}}
+    return {
+        "message": {
+            "messageId": str(uuid.uuid4()),
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+            "metadata": metadata,
+        }
+    }
 
 
 # --- measurements ----------------------------------------------------------------------
+
 
 def commit_times(database_url: str, keys: set[tuple[str, int]]) -> dict[tuple[str, int], float]:
     import psycopg
@@ -123,7 +134,8 @@ def commit_times(database_url: str, keys: set[tuple[str, int]]) -> dict[tuple[st
     with psycopg.connect(database_url) as conn:
         rows = conn.execute(
             "SELECT task_id::text, seq, extract(epoch from created_at) FROM tasks_app_taskevent "
-            "WHERE task_id = ANY(%s::uuid[])", [task_ids],
+            "WHERE task_id = ANY(%s::uuid[])",
+            [task_ids],
         ).fetchall()
     return {(t, s): float(e) for t, s, e in rows}
 
@@ -137,8 +149,13 @@ def count_in_state(database_url: str, state: str) -> int:
 
 def percentiles(values: list[float]) -> dict:
     ordered = sorted(values)
-    return {"n": len(ordered), "p50": load.percentile(ordered, 50), "p90": load.percentile(ordered, 90),
-            "p99": load.percentile(ordered, 99), "max": ordered[-1] if ordered else None}
+    return {
+        "n": len(ordered),
+        "p50": load.percentile(ordered, 50),
+        "p90": load.percentile(ordered, 90),
+        "p99": load.percentile(ordered, 99),
+        "max": ordered[-1] if ordered else None,
+    }
 
 
 class Hints:
@@ -150,7 +167,7 @@ class Hints:
         self.redis_url = redis_url
         self.seen: dict[str, list[float]] = {}
 
-    async def __aenter__(self) -> "Hints":
+    async def __aenter__(self) -> Hints:
         import redis.asyncio as aioredis
 
         self.client = aioredis.Redis.from_url(self.redis_url)
@@ -187,11 +204,16 @@ async def latency(a, key: str, agents: dict, streams: int) -> dict:
         if committed is not None:
             from_commit.append((arrived - committed) * 1000)
             by_seq.setdefault(seq, []).append(from_commit[-1])
-    return {"streams": streams, "events": len(received), "latency_ms": percentiles(from_commit),
-            "from_write_ms": percentiles(from_write), "opening_s": round(opening, 2),
-            # which events are slow: e.g. those the web process commits itself (a follow-up's
-            # "submitted") wait behind the requests it is serving
-            "by_seq_ms": {seq: percentiles(values) for seq, values in sorted(by_seq.items())}}
+    return {
+        "streams": streams,
+        "events": len(received),
+        "latency_ms": percentiles(from_commit),
+        "from_write_ms": percentiles(from_write),
+        "opening_s": round(opening, 2),
+        # which events are slow: e.g. those the web process commits itself (a follow-up's
+        # "submitted") wait behind the requests it is serving
+        "by_seq_ms": {seq: percentiles(values) for seq, values in sorted(by_seq.items())},
+    }
 
 
 async def _follow(a, key: str, agents: dict, streams: int) -> tuple[list[tuple[str, int, float]], float]:
@@ -208,24 +230,32 @@ async def _follow(a, key: str, agents: dict, streams: int) -> tuple[list[tuple[s
     # first; once all their subscribers hold their snapshot, the answers set them to work.
     writer = agents["writer"]
     tasks = max(1, streams // a.fanout)
-    waiting = await asyncio.gather(*[post(a.port, writer, key, "SendMessage", message("write"))
-                                     for _ in range(tasks)])
+    waiting = await asyncio.gather(*[post(a.port, writer, key, "SendMessage", message("write")) for _ in range(tasks)])
     ids = [w["result"]["task"]["id"] for w in waiting]
-    clients = [Stream(a.port, writer, key, "SubscribeToTask", {"id": task_id})
-               for task_id in ids for _ in range(a.fanout)][:streams]
+    clients = [
+        Stream(a.port, writer, key, "SubscribeToTask", {"id": task_id}) for task_id in ids for _ in range(a.fanout)
+    ][:streams]
     opened = time.monotonic()
     runners = [asyncio.ensure_future(c.run()) for c in clients]
     await asyncio.gather(*[c.first for c in clients])
     opening = time.monotonic() - opened
     for c in clients:
         c.events.clear()  # what came in while the others were opening is not steady state
+
     async def answer(i: int, task_id: str) -> None:
         # Spread over `--spread` seconds, so events arrive as from independent clients, not
         # in bursts of one per task at the same instant (nor a burst of requests to daphne).
         await asyncio.sleep(i * a.spread / len(ids))
-        await post(a.port, writer, key, "SendMessage",
-                   {"message": {**message(f"a poem about rivers {i}")["message"], "taskId": task_id},
-                    "configuration": {"returnImmediately": True}})
+        await post(
+            a.port,
+            writer,
+            key,
+            "SendMessage",
+            {
+                "message": {**message(f"a poem about rivers {i}")["message"], "taskId": task_id},
+                "configuration": {"returnImmediately": True},
+            },
+        )
 
     await asyncio.gather(*[answer(i, task_id) for i, task_id in enumerate(ids)])
     await asyncio.gather(*runners)
@@ -244,8 +274,13 @@ async def memory(a, key: str, writer: str, web_pid: int) -> dict:
 
     async def waiting_task() -> str:
         async with semaphore:
-            reply = await post(a.port, writer, key, "SendMessage",
-                               {**message("write something"), "configuration": {"returnImmediately": True}})
+            reply = await post(
+                a.port,
+                writer,
+                key,
+                "SendMessage",
+                {**message("write something"), "configuration": {"returnImmediately": True}},
+            )
             return reply["result"]["task"]["id"]
 
     ids = await asyncio.gather(*[waiting_task() for _ in range(a.idle)])
@@ -259,7 +294,7 @@ async def memory(a, key: str, writer: str, web_pid: int) -> dict:
     clients = [Stream(a.port, writer, key, "SubscribeToTask", {"id": task_id}) for task_id in ids]
     runners = [asyncio.ensure_future(c.run()) for c in clients]
     for i in range(0, len(clients), 100):  # open them a hundred at a time
-        await asyncio.gather(*[c.first for c in clients[i:i + 100]])
+        await asyncio.gather(*[c.first for c in clients[i : i + 100]])
     status, body = await load.http_get(load.Target(f"http://127.0.0.1:{a.port}/", None, "X-API-Key"), "/healthz")
     open_streams = json.loads(body)["streams"]
     await asyncio.sleep(2)
@@ -269,12 +304,18 @@ async def memory(a, key: str, writer: str, web_pid: int) -> dict:
     for c in clients:
         c.close()
     await asyncio.gather(*runners, return_exceptions=True)
-    return {"idle_streams": a.idle, "open_per_healthz": open_streams, "rss_before_mb": round(before, 1),
-            "rss_held_mb": round(held, 1), "rss_after_heartbeat_mb": round(after_heartbeat, 1),
-            "per_stream_kb": round((max(held, after_heartbeat) - before) * 1024 / a.idle, 1)}
+    return {
+        "idle_streams": a.idle,
+        "open_per_healthz": open_streams,
+        "rss_before_mb": round(before, 1),
+        "rss_held_mb": round(held, 1),
+        "rss_after_heartbeat_mb": round(after_heartbeat, 1),
+        "per_stream_kb": round((max(held, after_heartbeat) - before) * 1024 / a.idle, 1),
+    }
 
 
 # --- the run ---------------------------------------------------------------------------
+
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -302,25 +343,46 @@ def main(argv=None) -> int:
     logdir = RESULTS / "logs" / f"stream-{stamp}"
     logdir.mkdir(parents=True, exist_ok=True)
     require_free_port(a.port, "server", "--port")
-    env = {**os.environ, "DATABASE_URL": a.database_url, "REDIS_URL": a.redis_url,
-           "DJANGO_SETTINGS_MODULE": "agentserver.settings", "CELERY_QUEUE": f"bench-stream-{os.getpid()}",
-           "SSE_HEARTBEAT": str(a.heartbeat), "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1",
-           # the worker runs up to 32 agent threads, each needing a connection of its own
-           "DB_POOL_MAX": "40"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": a.database_url,
+        "REDIS_URL": a.redis_url,
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "CELERY_QUEUE": f"bench-stream-{os.getpid()}",
+        "SSE_HEARTBEAT": str(a.heartbeat),
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+        # the worker runs up to 32 agent threads, each needing a connection of its own
+        "DB_POOL_MAX": "40",
+    }
     env.pop("AGENTSERVER_EMBEDDED", None)
     ensure_database(a.database_url, fresh=True)
     flush_redis(a.redis_url)
     run_checked([".venv/bin/python", "manage.py", "migrate", "--noinput"], logdir / "setup.log", env)
-    seed = json.loads(run_checked([".venv/bin/python", "manage.py", "seed_demo", "--json"],
-                                  logdir / "setup.log", env).strip().splitlines()[-1])
-    procs = [Proc("worker", a.worker_cmd.split(), logdir / "worker.log", env),
-             Proc("web", a.web_cmd.format(port=a.port).split(), logdir / "web.log", env)]
-    results: dict = {"machine": f"{platform.node()} {os.cpu_count()} cpu, {platform.python_version()}",
-                     "when": stamp, "args": vars(a), "latency": [], "memory": None}
+    seed = json.loads(
+        run_checked([".venv/bin/python", "manage.py", "seed_demo", "--json"], logdir / "setup.log", env)
+        .strip()
+        .splitlines()[-1]
+    )
+    procs = [
+        Proc("worker", a.worker_cmd.split(), logdir / "worker.log", env),
+        Proc("web", a.web_cmd.format(port=a.port).split(), logdir / "web.log", env),
+    ]
+    results: dict = {
+        "machine": f"{platform.node()} {os.cpu_count()} cpu, {platform.python_version()}",
+        "when": stamp,
+        "args": vars(a),
+        "latency": [],
+        "memory": None,
+    }
     try:
         echo, writer = seed["agents"]["echo"], seed["agents"]["writer"]
-        wait_ready(load.Target(f"http://127.0.0.1:{a.port}{echo}", seed["api_key"], "X-API-Key"),
-                   [echo + ".well-known/agent-card.json"], procs, 60)
+        wait_ready(
+            load.Target(f"http://127.0.0.1:{a.port}{echo}", seed["api_key"], "X-API-Key"),
+            [echo + ".well-known/agent-card.json"],
+            procs,
+            60,
+        )
         if a.only in (None, "latency"):
             for n in [int(x) for x in a.streams.split(",")]:
                 log(f"latency with {n} stream(s)")
@@ -344,24 +406,32 @@ def report(r: dict) -> str:
     lines = [f"# SSE streams, {r['when']} ({r['machine']})", ""]
     if r["latency"]:
         a = r["args"]
-        lines += [f"Commit in the worker -> arrival at the client (and, in brackets, from the worker's "
-                  f"INSERT: its transaction included). One stream: echo tasks of {a['chunks']} chunks "
-                  f"{a['delay_ms']} ms apart; more: writer tasks with {a['fanout']} subscribers each, "
-                  "all streams open before the tasks produce.", "",
-                  "| streams | events | p50 ms | p90 ms | p99 ms | max ms | opening all streams |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"Commit in the worker -> arrival at the client (and, in brackets, from the worker's "
+            f"INSERT: its transaction included). One stream: echo tasks of {a['chunks']} chunks "
+            f"{a['delay_ms']} ms apart; more: writer tasks with {a['fanout']} subscribers each, "
+            "all streams open before the tasks produce.",
+            "",
+            "| streams | events | p50 ms | p90 ms | p99 ms | max ms | opening all streams |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for point in r["latency"]:
             q, w = point["latency_ms"], point["from_write_ms"]
-            lines.append(f"| {point['streams']} | {point['events']} | {q['p50']:.1f} ({w['p50']:.1f}) | "
-                         f"{q['p90']:.1f} ({w['p90']:.1f}) | {q['p99']:.1f} ({w['p99']:.1f}) | "
-                         f"{q['max']:.1f} ({w['max']:.1f}) | {point['opening_s']} s |")
+            lines.append(
+                f"| {point['streams']} | {point['events']} | {q['p50']:.1f} ({w['p50']:.1f}) | "
+                f"{q['p90']:.1f} ({w['p90']:.1f}) | {q['p99']:.1f} ({w['p99']:.1f}) | "
+                f"{q['max']:.1f} ({w['max']:.1f}) | {point['opening_s']} s |"
+            )
         lines.append("")
     if r["memory"]:
         m = r["memory"]
-        lines += ["| idle streams | daphne RSS before | with streams | after a heartbeat | per stream |",
-                  "|---|---|---|---|---|",
-                  f"| {m['idle_streams']} ({m['open_per_healthz']} per /healthz) | {m['rss_before_mb']} MB | "
-                  f"{m['rss_held_mb']} MB | {m['rss_after_heartbeat_mb']} MB | {m['per_stream_kb']} KB |", ""]
+        lines += [
+            "| idle streams | daphne RSS before | with streams | after a heartbeat | per stream |",
+            "|---|---|---|---|---|",
+            f"| {m['idle_streams']} ({m['open_per_healthz']} per /healthz) | {m['rss_before_mb']} MB | "
+            f"{m['rss_held_mb']} MB | {m['rss_after_heartbeat_mb']} MB | {m['per_stream_kb']} KB |",
+            "",
+        ]
     return "\n".join(lines)
 
 

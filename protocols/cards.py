@@ -44,8 +44,11 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
                     "location": "header",
                     "name": API_KEY_HEADER,
                     "description": "A tenant API key. "
-                    + ("Optional here: without one you act as the shared anonymous caller."
-                       if agent.is_public else "Required."),
+                    + (
+                        "Optional here: without one you act as the shared anonymous caller."
+                        if agent.is_public
+                        else "Required."
+                    ),
                 }
             }
         },

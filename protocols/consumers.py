@@ -64,8 +64,13 @@ class AgentRpcConsumer(AsyncHttpConsumer):
         kwargs = scope["url_route"]["kwargs"]
         base_url = settings.PUBLIC_BASE_URL or f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
         return endpoint.RpcRequest(
-            tenant=kwargs["tenant"], agent=kwargs["agent"], http_method=scope["method"], headers=headers,
-            query=dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))), body=body, base_url=base_url,
+            tenant=kwargs["tenant"],
+            agent=kwargs["agent"],
+            http_method=scope["method"],
+            headers=headers,
+            query=dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))),
+            body=body,
+            base_url=base_url,
         )
 
     async def _respond(self, body: bytes | None) -> None:

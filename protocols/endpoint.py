@@ -4,16 +4,18 @@ Under daphne the Channels consumer (`consumers.AgentRpcConsumer`) serves it; Dja
 (`views.agent_rpc`) adapts the same pipeline for the test client and other servers. Order of
 checks, each before anything later is looked at: agent exists -> caller authenticated ->
 body size -> Content-Type -> JSON-RPC envelope (with every value the request holds, see
-`storable`) -> A2A version -> method -> extensions -> params. Whatever fails answers in JSON-RPC form (HTTP 401 for authentication), never with
-an error page. A streaming method that passes every check answers with an `EventStream`,
-which the transport sends as `text/event-stream`; errors found before that are plain JSON.
+`storable`) -> the dialect (A2A version, method) -> extensions -> params. Whatever fails
+answers in JSON-RPC form (HTTP 401 for authentication), never with an error page. A streaming
+method that passes every check answers with an `EventStream`, which the transport sends as
+`text/event-stream`; errors found before that are plain JSON.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Mapping
+from typing import Any
 
 from django.conf import settings
 
@@ -21,7 +23,11 @@ from registry.models import Agent
 from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 from tasks_app import dbcalls, storable, streams
 from tasks_app.errors import (
-    STORE_ERRORS, STORE_RETRY_AFTER, ContentTypeNotSupported, DomainError, ExtensionSupportRequired,
+    STORE_ERRORS,
+    STORE_RETRY_AFTER,
+    ContentTypeNotSupported,
+    DomainError,
+    ExtensionSupportRequired,
 )
 
 from . import dialects, jsonrpc
@@ -65,8 +71,12 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
     def all_headers(self) -> dict[str, str]:
-        return {"Content-Type": JSON, "Content-Length": str(len(self.body)), "X-Content-Type-Options": "nosniff",
-                **self.headers}
+        return {
+            "Content-Type": JSON,
+            "Content-Length": str(len(self.body)),
+            "X-Content-Type-Options": "nosniff",
+            **self.headers,
+        }
 
 
 @dataclass
@@ -81,7 +91,7 @@ class Streamed:
     def all_headers(self) -> dict[str, str]:
         return {**SSE_HEADERS, **self.headers}
 
-    async def frames(self) -> AsyncIterator[bytes]:
+    async def frames(self) -> AsyncGenerator[bytes, None]:
         """The SSE frames: `id: <seq>` and one JSON-RPC response per event, comments as
         heartbeats. A failure mid-stream becomes a last JSON-RPC error event."""
         yield KEEP_ALIVE  # the headers go out now, not with the agent's first event
@@ -98,7 +108,9 @@ class Streamed:
             yield b": %s\n\n" % str(exc).encode()
         except Exception:  # noqa: BLE001 - e.g. the database went away mid-stream
             log.exception("stream for request %r failed", self.request_id)
-            yield b"data: %s\n\n" % jsonrpc.error(self.request_id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
+            yield b"data: %s\n\n" % jsonrpc.error(
+                self.request_id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged"
+            )
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -111,8 +123,9 @@ def _error(request_id: Any, code: int, message: str, status: int = 200) -> Reply
 def _store_unavailable(request_id: Any, exc: Exception, where: str) -> Reply:
     """HTTP 503 with Retry-After: the request was fine, the store was not there to serve it."""
     log.warning("%s: the task store is unavailable (%s)", where, str(exc).strip())
-    reply = _error(request_id, jsonrpc.INTERNAL_ERROR,
-                   f"the task store is unavailable; try again in {STORE_RETRY_AFTER} s", 503)
+    reply = _error(
+        request_id, jsonrpc.INTERNAL_ERROR, f"the task store is unavailable; try again in {STORE_RETRY_AFTER} s", 503
+    )
     reply.headers["Retry-After"] = str(STORE_RETRY_AFTER)
     return reply
 
@@ -120,8 +133,12 @@ def _store_unavailable(request_id: Any, exc: Exception, where: str) -> Reply:
 def _shutting_down(request_id: Any) -> Reply:
     """HTTP 503 with Retry-After for a request that reaches this process after it began to shut
     down: nothing was done, and the connection is closed so the client's next try goes elsewhere."""
-    reply = _error(request_id, jsonrpc.INTERNAL_ERROR,
-                   f"the server is shutting down; send the request again in {SHUTDOWN_RETRY_AFTER} s", 503)
+    reply = _error(
+        request_id,
+        jsonrpc.INTERNAL_ERROR,
+        f"the server is shutting down; send the request again in {SHUTDOWN_RETRY_AFTER} s",
+        503,
+    )
     reply.headers.update({"Retry-After": str(SHUTDOWN_RETRY_AFTER), "Connection": "close"})
     return reply
 
@@ -167,13 +184,18 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         return reply
     presented = request.headers.get(API_KEY_HEADER.lower())
     cached = caller_cached(tenant_slug=request.tenant, agent_slug=request.agent, presented=presented)
-    found, principal = cached or await dbcalls.run(_lookup, request.tenant, request.agent, presented)
+    if cached is None:
+        found, principal = await dbcalls.run(_lookup, request.tenant, request.agent, presented)
+    else:
+        found, principal = cached
     if found is None:
         return _error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{request.tenant}/{request.agent}/", 404)
     if principal is None:
         reply = _error(
-            None, jsonrpc.INVALID_REQUEST,
-            "invalid API key" if presented else f"this agent needs an API key in the {API_KEY_HEADER} header", 401,
+            None,
+            jsonrpc.INVALID_REQUEST,
+            "invalid API key" if presented else f"this agent needs an API key in the {API_KEY_HEADER} header",
+            401,
         )
         reply.headers["WWW-Authenticate"] = f'ApiKey header="{API_KEY_HEADER}"'
         return reply
@@ -183,8 +205,9 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         return _error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes", 413)
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in JSON_CONTENT_TYPES:
-        exc = ContentTypeNotSupported(f"Content-Type {storable.brief(content_type or '(none)')} is not supported; "
-                                      f"use {JSON}")
+        exc = ContentTypeNotSupported(
+            f"Content-Type {storable.brief(content_type or '(none)')} is not supported; use {JSON}"
+        )
         return Reply(200, jsonrpc.domain_error(_id_if_any(request.body), exc))
     try:
         call = jsonrpc.parse(request.body)
@@ -208,7 +231,9 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
                 "A2A-Extensions header"
             )
         context = Call(
-            agent=found, principal=principal, base_url=request.base_url,
+            agent=found,
+            principal=principal,
+            base_url=request.base_url,
             last_event_id=request.headers.get("last-event-id"),
         )
         value = await dialect.methods[call.method](context, call.params)

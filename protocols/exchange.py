@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing, nullcontext
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -24,10 +25,15 @@ from registry.selectors import Principal
 from tasks_app import dbcalls, hints, selectors, services, storable, streams
 from tasks_app.domain import MessageView, NewMessage, TaskView, parse_task_id
 from tasks_app.errors import (
-    InvalidAgentResponse, InvalidParams, PushNotificationNotSupported, TaskNotFound, UnsupportedOperation,
+    InvalidAgentResponse,
+    InvalidParams,
+    PushNotificationNotSupported,
+    TaskNotFound,
+    UnsupportedOperation,
 )
 from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure
 from tasks_app.waiting import wait_until_settled
+
 
 @dataclass(frozen=True)
 class Call:
@@ -78,13 +84,13 @@ class EventStream:
     """A streaming answer, once every check has passed: the items to send, and what to
     release when the stream ends, however it ends (even if it never started)."""
 
-    items: AsyncIterator[Any]
+    items: AsyncGenerator[Any, None]
     resources: AsyncExitStack
 
     def encoded(self, encode: Callable[[Any], Any]) -> EventStream:
         """The same stream with each item's value in a dialect's wire form."""
 
-        async def items() -> AsyncIterator[Any]:
+        async def items() -> AsyncGenerator[Any, None]:
             async with aclosing(self.items) as source:
                 async for item in source:
                     yield None if item is None else (item[0], encode(item[1]))
@@ -128,16 +134,22 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
     # starts before the message's first event, so the receiver hears of all of it.
     with transaction.atomic() if push else nullcontext():
         if push and message.task_id:
-            push_services.config_create(agent=call.agent, principal=call.principal,
-                                        task_id=message.task_id, config=push)
+            push_services.config_create(
+                agent=call.agent, principal=call.principal, task_id=message.task_id, config=push
+            )
         task, stored = services.message_receive(
-            agent=call.agent, principal=call.principal, message=message, dialect=sent.dialect,
-            accepted_output_modes=sent.accepted, metadata=sent.metadata,
+            agent=call.agent,
+            principal=call.principal,
+            message=message,
+            dialect=sent.dialect,
+            accepted_output_modes=sent.accepted,
+            metadata=sent.metadata,
             new_task_id=None if message.task_id else uuid.UUID(task_id),
         )
         if push and not message.task_id:
-            push_services.config_create(agent=call.agent, principal=call.principal,
-                                        task_id=str(task.pk), config=push, after_seq=0)
+            push_services.config_create(
+                agent=call.agent, principal=call.principal, task_id=str(task.pk), config=push, after_seq=0
+            )
     return task, stored
 
 
@@ -168,21 +180,29 @@ async def send(call: Call, sent: Send) -> Answer:
             return None
         if sent.message.task_id:  # a follow-up: the history is longer than what we just wrote
             return answer_for(task.pk, history_length, as_reply=False)
-        return Answer(task=selectors.task_view(task, history_length=history_length, include_artifacts=False,
-                                               known_history=[stored]))
+        return Answer(
+            task=selectors.task_view(
+                task, history_length=history_length, include_artifacts=False, known_history=[stored]
+            )
+        )
 
     async with hints.watch(task_id) as watch:
         immediate = await dbcalls.run(receive)
         if immediate is not None:
             return immediate
-        await wait_until_settled(task_id, timeout=settings.A2A_BLOCKING_TIMEOUT, watch=watch, read_first=False,
-                                 trust_settling_hints=not sent.message.task_id)
+        await wait_until_settled(
+            task_id,
+            timeout=settings.A2A_BLOCKING_TIMEOUT,
+            watch=watch,
+            read_first=False,
+            trust_settling_hints=not sent.message.task_id,
+        )
     return await dbcalls.run(answer_for, task_id, history_length, as_reply=True)
 
 
 async def _events(
     feed: streams.Feed, task_id: str, context_id: str, *, after: int, until: frozenset[str]
-) -> AsyncIterator[Item]:
+) -> AsyncGenerator[Item, None]:
     """The log after `after`, up to a status event in one of `until`."""
     async for event in streams.tail(feed, after=after, heartbeat=settings.SSE_HEARTBEAT):
         if event is None:
@@ -205,13 +225,17 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
     def receive() -> tuple[int, TaskView]:
         task, stored = _receive(call, sent, task_id)
         if message.task_id:
-            view, seq = selectors.task_snapshot(
+            found = selectors.task_snapshot(
                 agent=call.agent, principal=call.principal, task_id=task_id, history_length=history_length
             )
+            if found is None:  # it was the caller's a moment ago, in this transaction's snapshot
+                raise TaskNotFound(f"task {task_id!r} not found")
+            view, seq = found
             return seq, view
         # A new task: what we just wrote is all there is, at seq 1.
-        return task.last_seq, selectors.task_view(task, history_length=history_length, include_artifacts=False,
-                                                  known_history=[stored])
+        return task.last_seq, selectors.task_view(
+            task, history_length=history_length, include_artifacts=False, known_history=[stored]
+        )
 
     try:
         seq, snapshot = await dbcalls.run(receive)
@@ -220,15 +244,19 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
         raise
     fresh = not message.task_id
 
-    async def items() -> AsyncIterator[Item]:
+    async def items() -> AsyncGenerator[Item, None]:
         if fresh:
             # A new exchange may be answered by a bare Message, and then the client sees only
             # that Message: so the Task goes out with the agent's first event, not before it.
+            first = None
             async with aclosing(streams.tail(feed, after=seq, heartbeat=settings.SSE_HEARTBEAT)) as tail:
-                async for first in tail:
-                    if first is not None:
+                async for event in tail:
+                    if event is not None:
+                        first = event
                         break
                     yield None
+            if first is None:  # the tail never ends but by an exception
+                return
             if first.kind == EventKind.MESSAGE:
                 yield first.seq, MessageView.from_payload(first.payload["message"])
                 return
@@ -265,9 +293,7 @@ async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> Ev
     # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
     feed = await resources.enter_async_context(streams.follow(canonical))
     try:
-        found = await dbcalls.run(
-            selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id
-        )
+        found = await dbcalls.run(selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id)
         if found is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         view, seq = found
@@ -279,7 +305,7 @@ async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> Ev
         await resources.aclose()
         raise
 
-    async def items() -> AsyncIterator[Item]:
+    async def items() -> AsyncGenerator[Item, None]:
         if resume_after is None:
             yield seq, view
         elif resume_after == seq and view.state in TERMINAL:

@@ -5,8 +5,9 @@ middleware. A new binding (HTTP+JSON routes, AIP paths) is one more line here.""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from django.urls import URLPattern, path
 
@@ -27,8 +28,9 @@ class Route:
 
 
 ROUTES = [
-    Route(path("agents/<slug:tenant>/<slug:agent>/.well-known/agent-card.json", views.agent_card_view,
-               name="agent-card")),
+    Route(
+        path("agents/<slug:tenant>/<slug:agent>/.well-known/agent-card.json", views.agent_card_view, name="agent-card")
+    ),
     # Any segment reaches the endpoint, which answers in JSON-RPC that nothing is there: a
     # client of the endpoint parses JSON-RPC.
     Route(path("agents/<str:tenant>/<str:agent>/", views.agent_rpc, name="agent-rpc"), _agent_rpc),
@@ -37,13 +39,13 @@ ROUTES = [
 ]
 
 urlpatterns = [route.pattern for route in ROUTES]
-_streaming = [route for route in ROUTES if route.consumer is not None]
+_streaming = [(route.pattern, route.consumer) for route in ROUTES if route.consumer is not None]
 
 
 def consumer_for(request_path: str) -> tuple[ASGIApp, dict[str, Any]] | None:
     """The consumer that serves `request_path` and the path's arguments, if one does."""
-    for route in _streaming:
-        match = route.pattern.pattern.match(request_path[1:])
+    for pattern, consumer in _streaming:
+        match = pattern.pattern.match(request_path[1:])
         if match is not None:
-            return route.consumer, match[2]
+            return consumer, match[2]
     return None

@@ -4,8 +4,9 @@ endpoint's Django adapter (the pipeline itself is in `endpoint`)."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import Any, AsyncIterator
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -19,6 +20,7 @@ from registry.selectors import agent_get
 from tasks_app import streams
 
 from . import dialects, endpoint
+
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
     for name, value in headers.items():
@@ -44,11 +46,17 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         body: bytes | None = request.body
     except RequestDataTooBig:
         body = None
-    outcome = await endpoint.handle(endpoint.RpcRequest(
-        tenant=tenant, agent=agent, http_method=request.method or "",
-        headers={name.lower(): value for name, value in request.headers.items()},
-        query=request.GET, body=body, base_url=_base_url(request),
-    ))
+    outcome = await endpoint.handle(
+        endpoint.RpcRequest(
+            tenant=tenant,
+            agent=agent,
+            http_method=request.method or "",
+            headers={name.lower(): value for name, value in request.headers.items()},
+            query=request.GET,
+            body=body,
+            base_url=_base_url(request),
+        )
+    )
     if isinstance(outcome, endpoint.Reply):
         return _with_headers(HttpResponse(outcome.body, status=outcome.status), outcome.all_headers())
     return _with_headers(StreamingHttpResponse(_frames_then_close(outcome)), outcome.all_headers())
@@ -78,7 +86,8 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
     if_none_match = request.headers.get("If-None-Match")
     if_modified_since = parse_http_date_safe(request.headers.get("If-Modified-Since", ""))
     not_modified = (
-        etag in [t.strip() for t in if_none_match.split(",")] if if_none_match
+        etag in [t.strip() for t in if_none_match.split(",")]
+        if if_none_match
         else if_modified_since is not None and int(last_modified.timestamp()) <= if_modified_since
     )
     response = HttpResponse(status=304) if not_modified else _json(body)

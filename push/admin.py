@@ -34,8 +34,17 @@ class PushDeliveryAdmin(_ReadOnly, admin.ModelAdmin):
     search_fields = ("=config__task__id", "=config__config_id")
     ordering = ("-created_at",)
     show_facets = admin.ShowFacets.NEVER
-    fields = ("config", "event", "seq", "state", "attempts", "last_status_code", "last_error", "created_at",
-              "delivered_at")
+    fields = (
+        "config",
+        "event",
+        "seq",
+        "state",
+        "attempts",
+        "last_status_code",
+        "last_error",
+        "created_at",
+        "delivered_at",
+    )
     readonly_fields = fields
     inlines = (PushAttemptInline,)
     actions = ("retry_dead",)
@@ -48,13 +57,15 @@ class PushDeliveryAdmin(_ReadOnly, admin.ModelAdmin):
     def config_name(self, obj: PushDelivery) -> str:
         return obj.config.config_id
 
-    @admin.action(description="Retry dead deliveries (fresh attempts; the config resumes from there)",
-                  permissions=["retry"])
+    @admin.action(
+        description="Retry dead deliveries (fresh attempts; the config resumes from there)", permissions=["retry"]
+    )
     def retry_dead(self, request, queryset):
         dead = list(queryset.filter(state=DeliveryState.DEAD).values_list("pk", flat=True))
         revived = services.deliveries_retry(delivery_pks=dead)
-        self.message_user(request, f"{revived} dead deliveries queued again.",
-                          messages.SUCCESS if revived else messages.WARNING)
+        self.message_user(
+            request, f"{revived} dead deliveries queued again.", messages.SUCCESS if revived else messages.WARNING
+        )
 
     def has_retry_permission(self, request) -> bool:
         # The admin edits nothing here, but resuming a delivery is a change to it.
@@ -76,8 +87,20 @@ class PushConfigAdmin(_ReadOnly, admin.ModelAdmin):
     show_facets = admin.ShowFacets.NEVER
     raw_id_fields = ("task",)
     # The sealed columns are `editable=False`, so no form shows them; list what may be seen.
-    fields = ("task", "config_id", "url", "auth_scheme", "has_credentials", "has_token", "status", "delivered_seq",
-              "next_attempt_at", "created_at", "updated_at", "deleted_at")
+    fields = (
+        "task",
+        "config_id",
+        "url",
+        "auth_scheme",
+        "has_credentials",
+        "has_token",
+        "status",
+        "delivered_seq",
+        "next_attempt_at",
+        "created_at",
+        "updated_at",
+        "deleted_at",
+    )
     readonly_fields = fields
 
     @admin.display(boolean=True)

@@ -95,6 +95,7 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     try:
         # Checked again at every attempt: the allow-list or the name's addresses may have changed.
         destination = ssrf.check(due.url)
+        assert destination is not None  # without unresolvable_ok a name that does not resolve raises
     except ssrf.Refused as exc:
         return record(status_code=None, latency_ms=0, error=f"refused: {exc}", permanent=True)
     except ssrf.Unresolved as exc:  # DNS fails for a while as connections do: retried alike
@@ -103,12 +104,19 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     try:
         headers = headers_for(due, body=body, signature=signing.sign(claims))
     except Unsealable:
-        return record(status_code=None, latency_ms=0, permanent=True,
-                      error="the config's secrets cannot be decrypted (was PUSH_CREDENTIALS_KEY changed?)")
+        return record(
+            status_code=None,
+            latency_ms=0,
+            permanent=True,
+            error="the config's secrets cannot be decrypted (was PUSH_CREDENTIALS_KEY changed?)",
+        )
     try:
         response = outbound.post(
-            destination, body=body, headers=headers,
-            timeout=settings.PUSH_TIMEOUT, max_body=settings.PUSH_RESPONSE_MAX_BYTES,
+            destination,
+            body=body,
+            headers=headers,
+            timeout=settings.PUSH_TIMEOUT,
+            max_body=settings.PUSH_RESPONSE_MAX_BYTES,
         )
     except outbound.SendError as exc:
         return record(status_code=None, latency_ms=exc.latency_ms, error=str(exc), jti=claims["jti"])
@@ -119,7 +127,10 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         error = f"HTTP {response.status}" + (f": {excerpt}" if excerpt else "")
         retry_after = outbound.retry_after_seconds(response.headers.get("Retry-After"))
     return record(
-        status_code=response.status, latency_ms=response.latency_ms, error=error,
-        jti=claims["jti"], retry_after=retry_after,
+        status_code=response.status,
+        latency_ms=response.latency_ms,
+        error=error,
+        jti=claims["jti"],
+        retry_after=retry_after,
         permanent=response.status == HTTPStatus.GONE,  # the receiver says the URL is gone for good
     )

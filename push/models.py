@@ -65,7 +65,9 @@ class PushConfig(models.Model):
         verbose_name = "push config"
         constraints = [
             models.UniqueConstraint(
-                fields=["task", "config_id"], condition=Q(deleted_at__isnull=True), name="push_config_unique_id_per_task"
+                fields=["task", "config_id"],
+                condition=Q(deleted_at__isnull=True),
+                name="push_config_unique_id_per_task",
             ),
             models.CheckConstraint(condition=Q(status__in=ConfigStatus.values), name="push_config_status_valid"),
         ]
@@ -161,8 +163,9 @@ class SigningKey(models.Model):
     class Meta:
         indexes = [models.Index(fields=["-signs_from"], name="push_signingkey_newest")]
         constraints = [
-            models.CheckConstraint(condition=Q(signs_from__gte=models.F("created_at")),
-                                   name="push_signingkey_published_before_signing"),
+            models.CheckConstraint(
+                condition=Q(signs_from__gte=models.F("created_at")), name="push_signingkey_published_before_signing"
+            ),
         ]
 
     def __str__(self) -> str:

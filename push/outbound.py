@@ -9,8 +9,8 @@ import ssl
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from datetime import datetime, timezone
 
 import certifi
 import httpx
@@ -54,9 +54,7 @@ def _authority(host: str, port: int, scheme: str) -> str:
     return shown if port == default else f"{shown}:{port}"
 
 
-def post(
-    destination: Destination, *, body: bytes, headers: dict[str, str], timeout: float, max_body: int
-) -> Response:
+def post(destination: Destination, *, body: bytes, headers: dict[str, str], timeout: float, max_body: int) -> Response:
     address = destination.address
     literal = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
     url = f"{destination.scheme}://{literal}:{destination.port}{destination.target}"
@@ -98,5 +96,5 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

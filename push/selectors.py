@@ -13,9 +13,9 @@ from django.utils import timezone
 
 from registry.models import Agent
 from registry.selectors import Principal
-from tasks_app.selectors import task_for_caller
 from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
+from tasks_app.selectors import task_for_caller
 
 from .domain import PushConfigView
 from .models import PushConfig
@@ -48,7 +48,9 @@ def _unsealed_or_blank(config: PushConfig, sealed: str, what: str) -> str:
     try:
         return unseal(sealed)
     except Unsealable:
-        log.warning("push config %s: its %s cannot be decrypted with PUSH_CREDENTIALS_KEY; shown blank", config.pk, what)
+        log.warning(
+            "push config %s: its %s cannot be decrypted with PUSH_CREDENTIALS_KEY; shown blank", config.pk, what
+        )
         return ""
 
 
@@ -90,17 +92,12 @@ def configs_for_caller(
 
 def live_config_pks(task_id: Any) -> list[int]:
     """The configs a new event of the task must be delivered to."""
-    return list(
-        PushConfig.objects.live().filter(task_id=task_id)
-        .values_list("pk", flat=True)
-    )
+    return list(PushConfig.objects.live().filter(task_id=task_id).values_list("pk", flat=True))
 
 
 def _owed(now: datetime):
     """Live configs with events after their cursor that no job holds or waits for."""
-    return (
-        PushConfig.objects.live().free(now).filter(delivered_seq__lt=F("task__last_seq"))
-    )
+    return PushConfig.objects.live().free(now).filter(delivered_seq__lt=F("task__last_seq"))
 
 
 def configs_stalled(*, now: datetime | None = None, limit: int = 500) -> list[int]:

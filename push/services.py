@@ -10,9 +10,11 @@ from __future__ import annotations
 import random
 import re
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Iterable
+from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -36,6 +38,7 @@ _HEADER_VALUE = re.compile(r"^[\x20-\x7e]*$")
 
 
 # --- configs ---------------------------------------------------------------------------
+
 
 def config_check(*, config: PushConfigInput) -> None:
     """Refuse a config that could never be delivered: a URL the SSRF guard refuses, header
@@ -73,7 +76,8 @@ def config_create(
         }
         existing = (
             PushConfig.objects.filter(task=task, config_id=config.config_id, deleted_at__isnull=True).first()
-            if config.config_id else None
+            if config.config_id
+            else None
         )
         if existing is not None:
             # Same id: the client moved its endpoint or renewed its secrets. The cursor stays,
@@ -111,6 +115,7 @@ def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id
 
 # --- the delivery cursor ----------------------------------------------------------------
 
+
 def _lease_seconds() -> float:
     # One attempt can take connect + a read timeout per chunk; a lease outlives that by far.
     return settings.PUSH_TIMEOUT * 4 + 30
@@ -122,7 +127,9 @@ def lease_take(*, config_pk: int, now: datetime | None = None) -> uuid.UUID | No
     now = now or timezone.now()
     token = uuid.uuid4()
     taken = (
-        PushConfig.objects.live().free(now).filter(pk=config_pk)
+        PushConfig.objects.live()
+        .free(now)
+        .filter(pk=config_pk)
         .update(lease_token=token, lease_until=now + timedelta(seconds=_lease_seconds()))
     )
     return token if taken else None
@@ -231,10 +238,9 @@ def attempt_record(
         # Every delivery row is made here, under the config's row lock, so two jobs (one whose
         # lease ran out, one holding it now) cannot both make it. A new row is inserted with
         # this attempt's outcome already in it: one statement, not an insert and an update.
-        delivery = PushDelivery.objects.select_for_update().filter(config_id=due.config_pk, seq=due.seq).first()
-        made = delivery is None
-        if made:
-            delivery = PushDelivery(config_id=due.config_pk, event_id=due.event_pk, seq=due.seq)
+        found = PushDelivery.objects.select_for_update().filter(config_id=due.config_pk, seq=due.seq).first()
+        made = found is None
+        delivery = found or PushDelivery(config_id=due.config_pk, event_id=due.event_pk, seq=due.seq)
         verdict = Verdict("lost")
         if ours:
             delivery.attempts += 1
@@ -257,8 +263,12 @@ def attempt_record(
         elif ours:
             delivery.save(update_fields=["attempts", "last_status_code", "last_error", "state", "delivered_at"])
         PushAttempt.objects.create(
-            delivery=delivery, started_at=started_at, status_code=status_code,
-            latency_ms=latency_ms, error=error[:2000], jti=jti,
+            delivery=delivery,
+            started_at=started_at,
+            status_code=status_code,
+            latency_ms=latency_ms,
+            error=error[:2000],
+            jti=jti,
         )
         if not ours:
             return verdict
@@ -296,7 +306,6 @@ def deliveries_retry(*, delivery_pks: Iterable[int]) -> int:
             PushConfig.objects.filter(pk=config.pk).update(
                 status=ConfigStatus.ACTIVE, next_attempt_at=None, updated_at=timezone.now()
             )
-            pk = config.pk
-            transaction.on_commit(lambda pk=pk: dispatch.enqueue_delivery(config_pk=pk))
+            transaction.on_commit(partial(dispatch.enqueue_delivery, config_pk=config.pk))
             revived += 1
     return revived

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -63,9 +63,7 @@ _REFUSED_V6: list[tuple[str, str]] = [
     ("ff00::/8", "a multicast address"),
 ]
 _NAT64 = [ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48")]
-_TABLE: list[tuple[IPNetwork, str]] = [
-    (ipaddress.ip_network(net), why) for net, why in (*_REFUSED_V4, *_REFUSED_V6)
-]
+_TABLE: list[tuple[IPNetwork, str]] = [(ipaddress.ip_network(net), why) for net, why in (*_REFUSED_V4, *_REFUSED_V6)]
 
 
 # The one place names are resolved (tests replace it: no test may send a DNS query).
@@ -146,7 +144,7 @@ def resolve(host: str, port: int) -> list[IPAddress]:
     infos = _getaddrinfo(host, port, type=socket.SOCK_STREAM)
     found: list[IPAddress] = []
     for _family, _type, _proto, _name, sockaddr in infos:
-        ip = ipaddress.ip_address(sockaddr[0].split("%", 1)[0])
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
         if ip not in found:
             found.append(ip)
     return found

@@ -27,8 +27,9 @@ import json
 import threading
 import time
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import jwt
 
@@ -56,7 +57,12 @@ class JwksCache:
     once (at most every `min_refetch` seconds) when a notification names an unknown key."""
 
     def __init__(
-        self, url: str, *, max_age: float = 300, min_refetch: float = 10, timeout: float = 5,
+        self,
+        url: str,
+        *,
+        max_age: float = 300,
+        min_refetch: float = 10,
+        timeout: float = 5,
         fetch: Callable[[str], Mapping[str, Any]] | None = None,
     ) -> None:
         self.url = url
@@ -156,7 +162,12 @@ def verify_notification(
     key = jwks.key(header["kid"])
     try:
         claims = jwt.decode(
-            token, key.key, algorithms=ALGORITHMS, issuer=issuer, audience=audience, leeway=leeway,
+            token,
+            key.key,
+            algorithms=ALGORITHMS,
+            issuer=issuer,
+            audience=audience,
+            leeway=leeway,
             options={"require": REQUIRED_CLAIMS, "verify_aud": audience is not None},
         )
     except jwt.PyJWTError as exc:
@@ -177,5 +188,6 @@ def verify_notification(
         raise VerificationError("the event id header is not the signed event id")
     if not str(claims["eventId"]).startswith(f"{claims['taskId']}:"):
         raise VerificationError("the signed event id does not belong to the signed task")
-    return Notification(event=event, task_id=claims["taskId"], event_id=claims["eventId"], jti=claims["jti"],
-                        claims=claims)
+    return Notification(
+        event=event, task_id=claims["taskId"], event_id=claims["eventId"], jti=claims["jti"], claims=claims
+    )

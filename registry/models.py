@@ -31,7 +31,8 @@ class Agent(models.Model):
     description = models.TextField()
     version = models.CharField(max_length=50, default="1.0.0")
     skills = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text='A2A skills: [{"id", "name", "description", "tags", "examples", "inputModes", "outputModes"}]',
     )
     input_modes = models.JSONField(default=list, blank=True, help_text="Media types the agent accepts.")
@@ -39,7 +40,8 @@ class Agent(models.Model):
     executor = models.CharField(max_length=64, help_text="Name of a registered executor (tasks_app.executors).")
     settings = models.JSONField(default=dict, blank=True, help_text="Executor settings.")
     extensions = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text='A2A extensions: [{"uri", "description", "required", "params"}]. A request that does not '
         "activate a required one (A2A-Extensions header) is refused with ExtensionSupportRequired.",
     )
@@ -47,7 +49,8 @@ class Agent(models.Model):
         default=False, help_text="Declare an extended card for authenticated callers (GetExtendedAgentCard)."
     )
     extended_card = models.JSONField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text='Card members that authenticated callers see in addition, e.g. {"skills": [...]}.',
     )
     streaming = models.BooleanField(

@@ -26,7 +26,7 @@ class Principal:
     name: str
     api_key_id: int | None = None
 
-    ANONYMOUS: ClassVar["Principal"]
+    ANONYMOUS: ClassVar[Principal]
 
     @property
     def is_anonymous(self) -> bool:
@@ -92,9 +92,7 @@ def agent_get(*, tenant_slug: str, agent_slug: str) -> Agent | None:
     if cached is not None:
         return cached
     agent = (
-        Agent.objects.select_related("tenant")
-        .filter(tenant__slug=tenant_slug, slug=agent_slug, is_active=True)
-        .first()
+        Agent.objects.select_related("tenant").filter(tenant__slug=tenant_slug, slug=agent_slug, is_active=True).first()
     )
     _agents.put((tenant_slug, agent_slug), agent)
     return agent
@@ -110,9 +108,12 @@ def api_key_authenticate(*, agent: Agent, presented: str) -> Principal | None:
     cached = _keys.get(cache_key)
     if cached is not None:
         return cached
-    key = ApiKey.objects.active().filter(prefix=parts[1], tenant_id=agent.tenant_id).only(
-        "id", "principal", "key_hash"
-    ).first()
+    key = (
+        ApiKey.objects.active()
+        .filter(prefix=parts[1], tenant_id=agent.tenant_id)
+        .only("id", "principal", "key_hash")
+        .first()
+    )
     if key is None or not hmac.compare_digest(key.key_hash, digest):
         return None
     principal = Principal(name=key.principal, api_key_id=key.id)

@@ -97,7 +97,9 @@ def _via_psql(admin_urls, dbname):
     for u in admin_urls:
         q = subprocess.run(
             [psql, u, "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{lit}'"],
-            capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
         )
         if q.returncode != 0:
             continue

@@ -4,7 +4,9 @@
 #   1. venv at .venv from requirements.txt (re-installed only when it changed)
 #   2. Postgres + Redis must answer; start them if we can, else fail clearly
 #      (the tests exercise the real database and broker, never the embedded mode)
-#   3. .venv/bin/python -m pytest "$@"; exit status is pytest's, except that
+#   3. without arguments (the whole suite, as CI runs it): ruff (lint and format) and mypy,
+#      with the settings in pyproject.toml; any finding fails the run (`make lint` alone)
+#   4. .venv/bin/python -m pytest "$@"; exit status is pytest's, except that
 #      "no tests collected" (pytest exit 5) is reported and kept as a failure.
 set -euo pipefail
 
@@ -22,6 +24,10 @@ ensure_database || die "could not create the database named in DATABASE_URL ($DA
 # The embedded mode (SQLite, eager Celery) is for `make run` only; a value left
 # in the caller's shell must not silently switch the tests away from Postgres.
 unset AGENTSERVER_EMBEDDED
+
+if (($# == 0)); then
+  bash "$ROOT/scripts/lint.sh" || die "lint or type check failed (see above); 'make lint' runs them alone"
+fi
 
 log "running: .venv/bin/python -m pytest${*:+ ${*@Q}}"
 set +e

@@ -5,7 +5,8 @@ A2A 0.3 client is pushed in 0.3."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 # (task id, context id, event kind, event payload in domain form) -> the JSON to send
 EventEncoder = Callable[[str, str, str, dict[str, Any]], dict[str, Any]]

@@ -31,7 +31,9 @@ class TaskNotCancelable(DomainError):
 
 class PushNotificationNotSupported(DomainError):
     code, reason, default_message = (
-        -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED", "push notifications are not supported by this agent",
+        -32003,
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "push notifications are not supported by this agent",
     )
 
 
@@ -49,7 +51,9 @@ class InvalidAgentResponse(DomainError):
 
 class ExtendedAgentCardNotConfigured(DomainError):
     code, reason, default_message = (
-        -32007, "EXTENDED_AGENT_CARD_NOT_CONFIGURED", "no extended agent card is configured",
+        -32007,
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        "no extended agent card is configured",
     )
 
 

@@ -15,8 +15,9 @@ import os
 import threading
 import uuid
 import weakref
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -35,7 +36,7 @@ _ORIGIN = uuid.uuid4().hex[:12]
 _local = threading.local()
 
 
-def _connection() -> redis.connection.AbstractConnection | None:
+def _connection() -> Any:
     """This thread's publishing connection (a new one after a fork: never share a socket)."""
     pid = os.getpid()
     owned = getattr(_local, "owned", None)
@@ -162,7 +163,7 @@ class Listener:
                         elif message["type"] == "pmessage":
                             state, _, origin = message["data"].decode(errors="replace").partition("|")
                             if origin != _ORIGIN:
-                                self._wake(message["channel"].decode()[len(CHANNEL_PREFIX):], state)
+                                self._wake(message["channel"].decode()[len(CHANNEL_PREFIX) :], state)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep listening whatever went wrong

@@ -9,8 +9,8 @@ hears about is committed already, so it is logged and the other subscribers stil
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,7 @@ class Task(models.Model):
     context_id = models.CharField(max_length=ID_LENGTH, help_text="A2A contextId; A2A 0.1 sessionId; AIP session.")
     dialect = models.CharField(max_length=16, choices=Dialect.choices, help_text="The dialect that created it.")
     state = models.CharField(max_length=24, choices=TaskState.choices, default=TaskState.SUBMITTED)
-    status_message = models.ForeignKey(
-        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    status_message = models.ForeignKey("Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     status_timestamp = models.DateTimeField()
     # The agent answered with a bare Message: to the client this exchange was never a task.
     reply_only = models.BooleanField(default=False)

@@ -45,6 +45,8 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
     if executor is None:
         return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {inputs.executor!r}")
     latest_user = next((m for m in reversed(inputs.history) if m.role == Role.USER), None)
+    if latest_user is None:  # every task starts with a client's message; this one was not made by a client
+        return fail(Failure.MISCONFIGURED, "the task has no message from the client to answer")
     ctx = AgentContext(
         task_id=inputs.task_id,
         context_id=inputs.context_id,

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from contextlib import nullcontext
 from datetime import datetime
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import Q
@@ -25,11 +26,7 @@ from .models import Artifact, Message, StatusChange, Task, TaskEvent
 def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
     if parse_task_id(task_id) is None:
         return None
-    return (
-        Task.objects.select_related("status_message")
-        .filter(pk=task_id, agent=agent, owner=principal.name)
-        .first()
-    )
+    return Task.objects.select_related("status_message").filter(pk=task_id, agent=agent, owner=principal.name).first()
 
 
 def message_view(m: Message) -> MessageView:
@@ -47,8 +44,12 @@ def message_view(m: Message) -> MessageView:
 
 def _artifact_view(a: Artifact) -> ArtifactView:
     return ArtifactView(
-        artifact_id=a.artifact_id, name=a.name, description=a.description,
-        parts=a.parts, metadata=a.metadata, extensions=a.extensions,
+        artifact_id=a.artifact_id,
+        name=a.name,
+        description=a.description,
+        parts=a.parts,
+        metadata=a.metadata,
+        extensions=a.extensions,
     )
 
 
@@ -57,7 +58,7 @@ def _view(task: Task, history: list[MessageView], artifacts: list[ArtifactView])
         id=str(task.id),
         context_id=task.context_id,
         state=task.state,
-        status_message=message_view(task.status_message) if task.status_message_id else None,
+        status_message=message_view(task.status_message) if task.status_message is not None else None,
         status_timestamp=task.status_timestamp,
         history=history,
         artifacts=artifacts,
@@ -90,7 +91,10 @@ def _artifacts_for(task_ids: Iterable[Any]) -> dict[Any, list[ArtifactView]]:
 
 
 def task_view(
-    task: Task, *, history_length: int | None = None, include_artifacts: bool = True,
+    task: Task,
+    *,
+    history_length: int | None = None,
+    include_artifacts: bool = True,
     known_history: list[Message] | None = None,
 ) -> TaskView:
     """A task with its history and artifacts. `known_history` spares a query when the caller
@@ -104,8 +108,12 @@ def task_view(
 
 
 def task_with_view(
-    task_id: Any, *, history_length: int | None = None, include_artifacts: bool = True,
-    agent: Agent | None = None, principal: Principal | None = None,
+    task_id: Any,
+    *,
+    history_length: int | None = None,
+    include_artifacts: bool = True,
+    agent: Agent | None = None,
+    principal: Principal | None = None,
 ) -> tuple[Task, TaskView] | None:
     """A task and its view in one read (None if it does not exist, or, given `agent` and
     `principal`, is not theirs). On Postgres it is one query that has the database build the
@@ -113,17 +121,18 @@ def task_with_view(
     pk = parse_task_id(task_id)
     if pk is None:
         return None
-    for_caller = agent is not None and principal is not None
     if not sql.available():
         task = (
-            task_for_caller(agent=agent, principal=principal, task_id=task_id) if for_caller
+            task_for_caller(agent=agent, principal=principal, task_id=task_id)
+            if agent is not None and principal is not None
             else Task.objects.select_related("status_message").filter(pk=task_id).first()
         )
         if task is None:
             return None
         return task, task_view(task, history_length=history_length, include_artifacts=include_artifacts)
-    params = {"task_id": pk}  # Python reads forms of a UUID ("urn:uuid:…") Postgres does not
-    if for_caller:
+    params: dict[str, Any] = {"task_id": pk}  # Python reads forms of a UUID ("urn:uuid:…") Postgres does not
+    for_caller = agent is not None and principal is not None
+    if agent is not None and principal is not None:
         params.update(agent_id=agent.pk, owner=principal.name)
     statement = sql.TASK_READS[(for_caller, history_length != 0, include_artifacts)]
     rows = sql.execute(statement, params)
@@ -135,9 +144,15 @@ def task_with_view(
     status_message = MessageView(**sql.loads(status_json)) if status_json else None
     history = _last(sql.messages_from_json(history_json), history_length)
     return task, TaskView(
-        id=str(task.id), context_id=task.context_id, state=task.state, status_message=status_message,
-        status_timestamp=task.status_timestamp, history=history,
-        artifacts=sql.artifacts_from_json(artifacts_json), metadata=task.metadata, reply_only=task.reply_only,
+        id=str(task.id),
+        context_id=task.context_id,
+        state=task.state,
+        status_message=status_message,
+        status_timestamp=task.status_timestamp,
+        history=history,
+        artifacts=sql.artifacts_from_json(artifacts_json),
+        metadata=task.metadata,
+        reply_only=task.reply_only,
     )
 
 
@@ -205,9 +220,7 @@ def run_inputs(task_id: Any) -> tuple[Task, list[MessageView]] | None:
 
 def failure_reason(task: Task) -> str:
     """Why the server failed the task, as recorded with its last status change."""
-    return (
-        StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
-    )
+    return StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
 
 
 # --- the event log, as streams read it ---------------------------------------------------

@@ -8,9 +8,10 @@ the wake-up hint and enqueue work. No network I/O and no agent code run inside.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Collection
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F
@@ -80,9 +81,14 @@ def _enqueue_run(task: Task) -> None:
 
 def _message_fields(message: NewMessage, context_id: str) -> dict[str, Any]:
     return {
-        "message_id": message.message_id, "context_id": context_id, "role": message.role, "parts": message.parts,
-        "metadata": message.metadata, "extensions": message.extensions,
-        "reference_task_ids": message.reference_task_ids, "command": message.command,
+        "message_id": message.message_id,
+        "context_id": context_id,
+        "role": message.role,
+        "parts": message.parts,
+        "metadata": message.metadata,
+        "extensions": message.extensions,
+        "reference_task_ids": message.reference_task_ids,
+        "command": message.command,
         "command_params": message.command_params,
     }
 
@@ -91,9 +97,7 @@ def _message_store(*, task: Task, message: NewMessage, context_id: str) -> Messa
     return Message.objects.create(task=task, **_message_fields(message, context_id))
 
 
-def _set_status(
-    *, task: Task, state: str, message: Message | None, at: datetime, reason: str = ""
-) -> None:
+def _set_status(*, task: Task, state: str, message: Message | None, at: datetime, reason: str = "") -> None:
     """Record a transition on a locked task (the caller saves the task)."""
     StatusChange.objects.create(task=task, state=state, message=message, reason=reason, timestamp=at)
     task.state = state
@@ -130,7 +134,10 @@ def message_receive(
     if message.task_id:
         with transaction.atomic():
             task, stored = _follow_up_receive(
-                agent=agent, principal=principal, message=message, now=now,
+                agent=agent,
+                principal=principal,
+                message=message,
+                now=now,
                 accepted_output_modes=accepted_output_modes,
             )
             _after_commit(task)
@@ -171,22 +178,22 @@ def message_receive(
 
 
 def _follow_up_receive(
-    *, agent: Agent, principal: Principal, message: NewMessage, now: datetime,
+    *,
+    agent: Agent,
+    principal: Principal,
+    message: NewMessage,
+    now: datetime,
     accepted_output_modes: list[str] | None,
 ) -> tuple[Task, Message]:
-    task = task_lock_for_caller(agent=agent, principal=principal, task_id=message.task_id)
+    task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
     if message.context_id and message.context_id != task.context_id:
-        raise InvalidParams(
-            f"contextId {message.context_id!r} does not match the context of task {task.id}"
-        )
+        raise InvalidParams(f"contextId {message.context_id!r} does not match the context of task {task.id}")
     if task.state in TERMINAL:
         raise UnsupportedOperation(
             f"task {task.id} is {task.state}; a task in a terminal state accepts no more messages"
         )
     if task.state not in INTERRUPTED:
-        raise UnsupportedOperation(
-            f"task {task.id} is {task.state}; send a follow-up once it asks for input"
-        )
+        raise UnsupportedOperation(f"task {task.id} is {task.state}; send a follow-up once it asks for input")
     stored = _message_store(task=task, message=message, context_id=task.context_id)
     task.accepted_output_modes = accepted_output_modes or []
     _run_request(task, now)
@@ -230,11 +237,7 @@ def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) ->
     does not exist or is not theirs."""
     if parse_task_id(task_id) is None:
         raise TaskNotFound(f"task {task_id!r} not found")
-    task = (
-        Task.objects.select_for_update()
-        .filter(pk=task_id, agent=agent, owner=principal.name)
-        .first()
-    )
+    task = Task.objects.select_for_update().filter(pk=task_id, agent=agent, owner=principal.name).first()
     if task is None:
         raise TaskNotFound(f"task {task_id!r} not found")
     return task
@@ -270,15 +273,25 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
     `selectors.run_inputs`); None when this caller did not get the run."""
     if sql.available():
         # One statement: the compare-and-set and the read of the agent and the history.
-        rows = sql.execute(sql.RUN_START, {
-            "task_id": task_id, "run_token": run_token, "now": timezone.now(), "terminal": _TERMINAL,
-        })
+        rows = sql.execute(
+            sql.RUN_START,
+            {
+                "task_id": task_id,
+                "run_token": run_token,
+                "now": timezone.now(),
+                "terminal": _TERMINAL,
+            },
+        )
         if not rows:
             return None
         pk, context_id, accepted, token, executor, settings, history = rows[0]
         return RunInputs(
-            task_id=str(pk), context_id=context_id, executor=executor, agent_settings=sql.loads(settings) or {},
-            accepted_output_modes=sql.loads(accepted), run_token=token,
+            task_id=str(pk),
+            context_id=context_id,
+            executor=executor,
+            agent_settings=sql.loads(settings) or {},
+            accepted_output_modes=sql.loads(accepted),
+            run_token=token,
             history=sql.messages_from_json(history),
         )
     if not run_claim(task_id=task_id, run_token=run_token):
@@ -288,14 +301,19 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         return None
     task, history = loaded
     return RunInputs(
-        task_id=str(task.pk), context_id=task.context_id, executor=task.agent.executor,
-        agent_settings=task.agent.settings or {}, accepted_output_modes=task.accepted_output_modes,
-        run_token=task.run_token, history=history,
+        task_id=str(task.pk),
+        context_id=task.context_id,
+        executor=task.agent.executor,
+        agent_settings=task.agent.settings or {},
+        accepted_output_modes=task.accepted_output_modes,
+        run_token=task.run_token or run_token,
+        history=history,
     )
 
 
-def _run_write_in_one_statement(statement: str, params: dict[str, Any], *, task_id: Any, run_token: Any,
-                                from_states: str) -> _Written | None:
+def _run_write_in_one_statement(
+    statement: str, params: dict[str, Any], *, task_id: Any, run_token: Any, from_states: str
+) -> _Written | None:
     """Run one of the single-statement writes of `sql`; the task as written, or None when the
     guard failed (or the ids are not UUIDs) and the caller must take the locked ORM path."""
     if not sql.available():
@@ -304,9 +322,15 @@ def _run_write_in_one_statement(statement: str, params: dict[str, Any], *, task_
     token = parse_task_id(run_token) if run_token is not None else None
     if pk is None or (run_token is not None and token is None):
         return None
-    rows = sql.execute(statement, {
-        **params, "task_id": pk, "run_token": token, "from_states": from_states,
-    })
+    rows = sql.execute(
+        statement,
+        {
+            **params,
+            "task_id": pk,
+            "run_token": token,
+            "from_states": from_states,
+        },
+    )
     return _Written(*rows[0]) if rows else None
 
 
@@ -348,24 +372,38 @@ def task_transition(
     message = None
     if parts:
         message = MessageView(
-            message_id=str(uuid.uuid4()), role=Role.AGENT, parts=parts, context_id="",
-            task_id=str(parse_task_id(task_id) or task_id), metadata={}, extensions=[], reference_task_ids=[],
+            message_id=str(uuid.uuid4()),
+            role=Role.AGENT,
+            parts=parts,
+            context_id="",
+            task_id=str(parse_task_id(task_id) or task_id),
+            metadata={},
+            extensions=[],
+            reference_task_ids=[],
         ).as_payload()
     params = {
-        "state": state, "now": now, "failure": failure, "reason": reason, "kind": EventKind.STATUS,
+        "state": state,
+        "now": now,
+        "failure": failure,
+        "reason": reason,
+        "kind": EventKind.STATUS,
         "payload": sql.dumps(_status_payload(state, message, now, reason)),
     }
     if message:
-        params.update(message_id=message["message_id"], role=Role.AGENT, parts=sql.dumps(parts),
-                      message_metadata=sql.dumps({}))
+        params.update(
+            message_id=message["message_id"], role=Role.AGENT, parts=sql.dumps(parts), message_metadata=sql.dumps({})
+        )
     if artifact is not None:
         params.update(_artifact_params(artifact))
-    task = _run_write_in_one_statement(
-        sql.RUN_WRITES[True, bool(message), artifact and artifact.mode], params,
-        task_id=task_id, run_token=run_token, from_states=_SOURCES.get(state, "{}"),
+    written = _run_write_in_one_statement(
+        sql.RUN_WRITES[True, bool(message), artifact.mode if artifact else None],
+        params,
+        task_id=task_id,
+        run_token=run_token,
+        from_states=_SOURCES.get(state, "{}"),
     )
-    if task is not None:
-        _after_commit(task)
+    if written is not None:
+        _after_commit(written)
         return
     # The guard failed: the locked path below says why (or writes, if the task moved on meanwhile).
     with transaction.atomic():
@@ -374,8 +412,8 @@ def task_transition(
             raise InvalidTransition(f"{task.state} -> {state} is not allowed")
         if artifact is not None:
             _artifact_store(task, artifact)
-        message = _agent_message(task, parts) if parts else None
-        _set_status(task=task, state=state, message=message, at=now, reason=reason)
+        stored = _agent_message(task, parts) if parts else None
+        _set_status(task=task, state=state, message=stored, at=now, reason=reason)
         task.failure = failure
         task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"])
         _after_commit(task)
@@ -391,9 +429,7 @@ def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metada
         message = _agent_message(task, parts, metadata)
         # Once a task has had a follow-up the client holds it as a task: it stays one.
         task.reply_only = Message.objects.filter(task=task, role=Role.USER)[:2].count() == 1
-        _event_append(
-            task=task, kind=EventKind.MESSAGE, payload={"message": message_view(message).as_payload()}
-        )
+        _event_append(task=task, kind=EventKind.MESSAGE, payload={"message": message_view(message).as_payload()})
         _set_status(task=task, state=TaskState.COMPLETED, message=message, at=now)
         task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"])
         _after_commit(task)
@@ -413,15 +449,23 @@ def artifact_append(
 ) -> str:
     """Add an artifact, or (append=True) add parts to an existing one. Returns its id."""
     artifact = NewArtifact(
-        artifact_id=artifact_id or str(uuid.uuid4()), parts=parts, name=name, description=description,
-        metadata=metadata or {}, append=append, last_chunk=last_chunk,
+        artifact_id=artifact_id or str(uuid.uuid4()),
+        parts=parts,
+        name=name,
+        description=description,
+        metadata=metadata or {},
+        append=append,
+        last_chunk=last_chunk,
     )
-    task = _run_write_in_one_statement(
-        sql.RUN_WRITES[False, False, artifact.mode], {"now": timezone.now(), **_artifact_params(artifact)},
-        task_id=task_id, run_token=run_token, from_states=_OPEN,
+    written = _run_write_in_one_statement(
+        sql.RUN_WRITES[False, False, artifact.mode],
+        {"now": timezone.now(), **_artifact_params(artifact)},
+        task_id=task_id,
+        run_token=run_token,
+        from_states=_OPEN,
     )
-    if task is not None:
-        _after_commit(task)
+    if written is not None:
+        _after_commit(written)
         return artifact.artifact_id
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
@@ -434,8 +478,12 @@ def artifact_append(
 def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dict[str, Any]:
     return {
         "artifact": {
-            "artifact_id": artifact.artifact_id, "name": name, "description": description,
-            "parts": artifact.parts, "metadata": artifact.metadata, "extensions": [],
+            "artifact_id": artifact.artifact_id,
+            "name": name,
+            "description": description,
+            "parts": artifact.parts,
+            "metadata": artifact.metadata,
+            "extensions": [],
         },
         "append": artifact.append,
         "last_chunk": artifact.last_chunk,
@@ -445,9 +493,13 @@ def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dic
 def _artifact_params(artifact: NewArtifact) -> dict[str, Any]:
     """The artifact's parameters of `sql.run_write` (which puts the stored name in the event)."""
     return {
-        "artifact_id": artifact.artifact_id, "name": artifact.name, "description": artifact.description,
-        "artifact_parts": sql.dumps(artifact.parts), "artifact_metadata": sql.dumps(artifact.metadata),
-        "complete": artifact.last_chunk, "artifact_kind": EventKind.ARTIFACT,
+        "artifact_id": artifact.artifact_id,
+        "name": artifact.name,
+        "description": artifact.description,
+        "artifact_parts": sql.dumps(artifact.parts),
+        "artifact_metadata": sql.dumps(artifact.metadata),
+        "complete": artifact.last_chunk,
+        "artifact_kind": EventKind.ARTIFACT,
         "artifact_payload": sql.dumps(_artifact_payload(artifact, artifact.name, artifact.description)),
     }
 
@@ -464,11 +516,18 @@ def _artifact_store(task: Task, artifact: NewArtifact) -> None:
     if stored is None:
         # A whole artifact (or the first chunk) is (re)placed in one INSERT … ON CONFLICT.
         stored = Artifact(
-            task=task, artifact_id=artifact.artifact_id, name=artifact.name, description=artifact.description,
-            parts=artifact.parts, metadata=artifact.metadata, complete=artifact.last_chunk,
+            task=task,
+            artifact_id=artifact.artifact_id,
+            name=artifact.name,
+            description=artifact.description,
+            parts=artifact.parts,
+            metadata=artifact.metadata,
+            complete=artifact.last_chunk,
         )
         Artifact.objects.bulk_create(
-            [stored], update_conflicts=True, unique_fields=["task", "artifact_id"],
+            [stored],
+            update_conflicts=True,
+            unique_fields=["task", "artifact_id"],
             update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
         )
     # The event names the artifact as stored: a chunk keeps the name of its first chunk.
@@ -494,13 +553,20 @@ def run_again(*, task_id: Any, run_token: Any, retries: int) -> uuid.UUID | None
     None. A compare-and-set on the old token, so a run that finished meanwhile keeps its outcome."""
     fresh = uuid.uuid4()
     given = Task.objects.filter(
-        pk=task_id, run_token=run_token, run_retries__lt=retries, state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+        pk=task_id,
+        run_token=run_token,
+        run_retries__lt=retries,
+        state__in=[TaskState.SUBMITTED, TaskState.WORKING],
     ).update(run_token=fresh, run_claimed_at=None, run_requested_at=timezone.now(), run_retries=F("run_retries") + 1)
     return fresh if given else None
 
 
 def sweep_stuck_work(
-    *, unclaimed_after: int, lost_after: int, retries: int = 0, rerunnable: Collection[str] = (),
+    *,
+    unclaimed_after: int,
+    lost_after: int,
+    retries: int = 0,
+    rerunnable: Collection[str] = (),
 ) -> tuple[list[tuple[Any, Any]], int]:
     """Find committed work no worker picked up, and runs whose worker vanished (claimed longer
     ago than the hard time limit allows). Returns the (task id, run token) pairs to enqueue and
@@ -512,7 +578,7 @@ def sweep_stuck_work(
         Task.objects.filter(
             run_token__isnull=False,
             run_claimed_at__isnull=True,
-            run_requested_at__lt=now - timezone.timedelta(seconds=unclaimed_after),
+            run_requested_at__lt=now - timedelta(seconds=unclaimed_after),
         )
         .exclude(state__in=TERMINAL)
         .values_list("id", "run_token")[:500]
@@ -522,7 +588,7 @@ def sweep_stuck_work(
         Task.objects.filter(pk__in=[u[0] for u in unclaimed]).update(run_requested_at=now)
     lost = Task.objects.filter(
         state__in=[TaskState.SUBMITTED, TaskState.WORKING],
-        run_claimed_at__lt=now - timezone.timedelta(seconds=lost_after),
+        run_claimed_at__lt=now - timedelta(seconds=lost_after),
     ).values_list("id", "run_token", "run_retries", "agent__executor")[:500]
     failed = 0
     for task_id, token, tried, executor in lost:
@@ -534,4 +600,3 @@ def sweep_stuck_work(
         reason = "the worker running this task was lost" + (f" ({tried + 1} runs)" if tried else "")
         failed += run_fail(task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason=reason)
     return unclaimed, failed
-

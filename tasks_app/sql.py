@@ -20,7 +20,8 @@ Table and column names come from the models, never from input; every value is a 
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import orjson
 import psycopg
@@ -76,7 +77,7 @@ def execute(statement: str, params: dict[str, Any]) -> list[tuple]:
     connection's error wrapping hold) on a prepared, server-bound psycopg cursor."""
     connection.ensure_connection()
     with connection.wrap_database_errors:
-        wrapped = connection._prepare_cursor(_PreparedCursor(connection.connection))
+        wrapped = connection._prepare_cursor(_PreparedCursor(connection.connection))  # type: ignore[attr-defined]
     with wrapped as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()  # every statement here returns rows
@@ -87,7 +88,7 @@ def execute(statement: str, params: dict[str, Any]) -> list[tuple]:
 _TASK_FIELDS = Task._meta.concrete_fields
 _TASK_ATTNAMES = [f.attname for f in _TASK_FIELDS]
 _TASK_JSON = [i for i, f in enumerate(_TASK_FIELDS) if isinstance(f, models.JSONField)]
-TASK_COLUMNS = ", ".join(f.column for f in _TASK_FIELDS)
+TASK_COLUMNS = ", ".join(str(f.column) for f in _TASK_FIELDS)
 
 
 def _columns(prefix: str) -> str:
@@ -107,23 +108,29 @@ AGENT = Agent._meta.db_table
 
 # --- Writes -----------------------------------------------------------------------------
 
+
 class _Insert:
     """A model's columns for a generated INSERT, and an instance's values as its parameters:
     every concrete field is written (a field added to the model is written too), except a key
     the database makes and the columns named in `given` (the statement supplies those)."""
 
     def __init__(self, model: type[models.Model], prefix: str, *, given: Sequence[str] = ()) -> None:
-        fields = [f for f in model._meta.concrete_fields
-                  if f.column not in given and not (f.primary_key and isinstance(f, models.AutoField))]
-        self.columns = ", ".join(f.column for f in fields)
+        fields = [
+            f
+            for f in model._meta.concrete_fields
+            if f.column not in given and not (f.primary_key and isinstance(f, models.AutoField))
+        ]
+        self.columns = ", ".join(str(f.column) for f in fields)
         self.values = ", ".join(
             f"%({prefix}{f.attname})s" + ("::jsonb" if isinstance(f, models.JSONField) else "") for f in fields
         )
         self._params = [(f"{prefix}{f.attname}", f.attname, isinstance(f, models.JSONField)) for f in fields]
 
     def params(self, instance: models.Model) -> dict[str, Any]:
-        return {name: dumps(getattr(instance, attname)) if json else getattr(instance, attname)
-                for name, attname, json in self._params}
+        return {
+            name: dumps(getattr(instance, attname)) if json else getattr(instance, attname)
+            for name, attname, json in self._params
+        }
 
 
 _NEW_TASK = _Insert(Task, "t_")
@@ -152,8 +159,12 @@ SELECT id FROM message
 
 def new_task_params(task: Task, message: Message, status: StatusChange, event: TaskEvent) -> dict[str, Any]:
     """NEW_TASK's parameters: the four unsaved instances' fields."""
-    return {**_NEW_TASK.params(task), **_NEW_MESSAGE.params(message), **_NEW_STATUS.params(status),
-            **_NEW_EVENT.params(event)}
+    return {
+        **_NEW_TASK.params(task),
+        **_NEW_MESSAGE.params(message),
+        **_NEW_STATUS.params(status),
+        **_NEW_EVENT.params(event),
+    }
 
 
 # The guard every write on behalf of a run shares: the task exists, may move as asked, and
@@ -188,8 +199,12 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
         ctes.append(f"new_message AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('{M}', 'id')) AS id)")
     if move:
         status_message = "(SELECT id FROM new_message)" if message else "NULL"
-        sets[:0] = ["state = %(state)s", f"status_message_id = {status_message}",
-                    "status_timestamp = %(now)s", "failure = %(failure)s"]
+        sets[:0] = [
+            "state = %(state)s",
+            f"status_message_id = {status_message}",
+            "status_timestamp = %(now)s",
+            "failure = %(failure)s",
+        ]
     ctes.append(f"task AS (UPDATE {T} SET {', '.join(sets)} {_RUN_GUARD} RETURNING {_WRITE_RETURNING})")
     if artifact is not None:
         ctes.append(f"""artifact AS (
@@ -221,8 +236,11 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
 )""")
     if move:
         # The payload is complete but for the message's context, which only the row knows.
-        payload = ("jsonb_set(%(payload)s::jsonb, '{message,context_id}', to_jsonb(context_id))"
-                   if message else "%(payload)s::jsonb")
+        payload = (
+            "jsonb_set(%(payload)s::jsonb, '{message,context_id}', to_jsonb(context_id))"
+            if message
+            else "%(payload)s::jsonb"
+        )
         ctes.append(f"""status AS (
     INSERT INTO {SC} (task_id, state, message_id, reason, timestamp)
     SELECT id, state, status_message_id, %(reason)s, %(now)s FROM task
@@ -236,13 +254,15 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
 # A whole artifact (re)placed; or a chunk appended to the parts of the one stored.
 _ON_CONFLICT = {
     "replace": "name = EXCLUDED.name, description = EXCLUDED.description, parts = EXCLUDED.parts, "
-               "metadata = EXCLUDED.metadata, complete = EXCLUDED.complete, updated_at = EXCLUDED.updated_at",
+    "metadata = EXCLUDED.metadata, complete = EXCLUDED.complete, updated_at = EXCLUDED.updated_at",
     "append": f"parts = {A}.parts || EXCLUDED.parts, complete = EXCLUDED.complete, updated_at = EXCLUDED.updated_at",
 }
 
 RUN_WRITES = {
     (move, message, artifact): run_write(move=move, message=message, artifact=artifact)
-    for move in (False, True) for message in (False, True) for artifact in (None, "replace", "append")
+    for move in (False, True)
+    for message in (False, True)
+    for artifact in (None, "replace", "append")
     if (move or not message) and (move or artifact)
 }
 
@@ -253,7 +273,7 @@ _MESSAGE_JSON = """json_build_object(
     'message_id', {m}.message_id, 'role', {m}.role, 'parts', {m}.parts, 'context_id', {m}.context_id,
     'task_id', {m}.task_id, 'metadata', {m}.metadata, 'extensions', {m}.extensions,
     'reference_task_ids', {m}.reference_task_ids)"""
-_HISTORY = f"""(SELECT coalesce(json_agg({_MESSAGE_JSON.format(m='h')} ORDER BY h.id), '[]')::text
+_HISTORY = f"""(SELECT coalesce(json_agg({_MESSAGE_JSON.format(m="h")} ORDER BY h.id), '[]')::text
      FROM {M} h WHERE h.task_id = {{task}}.id)"""
 _ARTIFACTS = f"""(SELECT coalesce(json_agg(json_build_object(
         'artifact_id', a.artifact_id, 'name', a.name, 'description', a.description, 'parts', a.parts,
@@ -270,7 +290,7 @@ WITH claimed AS (
     RETURNING id, agent_id, context_id, accepted_output_modes, run_token
 )
 SELECT claimed.id, claimed.context_id, claimed.accepted_output_modes, claimed.run_token,
-       agent.executor, agent.settings, {_HISTORY.format(task='claimed')}
+       agent.executor, agent.settings, {_HISTORY.format(task="claimed")}
 FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
 """
 
@@ -278,9 +298,9 @@ FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
 def task_read(*, for_caller: bool, history: bool, artifacts: bool) -> str:
     """One task with its status message, its history and its artifacts, in one query."""
     return f"""
-SELECT {_columns('t')},
-       CASE WHEN sm.id IS NOT NULL THEN {_MESSAGE_JSON.format(m='sm')}::text END,
-       {_HISTORY.format(task='t') if history else "'[]'"},
+SELECT {_columns("t")},
+       CASE WHEN sm.id IS NOT NULL THEN {_MESSAGE_JSON.format(m="sm")}::text END,
+       {_HISTORY.format(task="t") if history else "'[]'"},
        {_ARTIFACTS if artifacts else "'[]'"}
 FROM {T} t LEFT JOIN {M} sm ON sm.id = t.status_message_id
 WHERE t.id = %(task_id)s {"AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s" if for_caller else ""}
@@ -289,7 +309,9 @@ WHERE t.id = %(task_id)s {"AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s
 
 TASK_READS = {
     (c, h, a): task_read(for_caller=c, history=h, artifacts=a)
-    for c in (False, True) for h in (False, True) for a in (False, True)
+    for c in (False, True)
+    for h in (False, True)
+    for a in (False, True)
 }
 
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import random
 import weakref
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from . import dbcalls, hints, selectors
 from .selectors import LoggedEvent
@@ -77,7 +78,7 @@ class Feed:
                 continue
             break
         start = seq - self.base
-        return self.events[start:start + _READ_LIMIT]
+        return self.events[start : start + _READ_LIMIT]
 
     async def _read(self, seq: int) -> None:
         try:
@@ -92,7 +93,7 @@ class Feed:
                 self.events.extend(rows)
             if len(rows) == _READ_LIMIT:
                 self._dirty = True  # more than one read's worth is waiting
-            if len(self.events) > _CACHE_LIMIT:
+            if len(self.events) > _CACHE_LIMIT and self.base is not None:  # (set just above)
                 drop = len(self.events) - _CACHE_LIMIT // 2
                 self.base += drop
                 del self.events[:drop]
@@ -153,7 +154,7 @@ async def follow(task_id: Any) -> AsyncIterator[Feed]:
             await feed._hints.__aexit__(None, None, None)
 
 
-async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncIterator[LoggedEvent | None]:
+async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncGenerator[LoggedEvent | None, None]:
     """The task's events after `after`, as they are committed, without end; `None` marks a
     heartbeat interval without news (the caller sends a keep-alive), after which the log
     is read again whether or not a hint came. Raises `Closing` once the process shuts down."""
@@ -162,8 +163,10 @@ async def tail(feed: Feed, *, after: int, heartbeat: float) -> AsyncIterator[Log
     fresh_since: float | None = loop.time()
     while True:
         if _closing:
-            raise Closing("the server is shutting down; resubscribe to the task with the Last-Event-ID of the "
-                          "last event received to follow it on")
+            raise Closing(
+                "the server is shutting down; resubscribe to the task with the Last-Event-ID of the "
+                "last event received to follow it on"
+            )
         pulse = feed.pulse
         batch = await feed.after(seq, fresh_since=fresh_since)
         fresh_since = None

@@ -11,14 +11,17 @@ from django.conf import settings
 from . import dbcalls, hints, selectors
 from .lifecycle import SETTLED, TaskState
 
-
 # States a hint may announce that cannot end a wait; a hint saying anything else (a settling
 # state, nothing, something unknown) is worth a read.
 _NOT_SETTLING = frozenset(TaskState.values) - SETTLED
 
 
 async def wait_until_settled(
-    task_id: Any, *, timeout: float, watch: hints.Watch | None = None, read_first: bool = True,
+    task_id: Any,
+    *,
+    timeout: float,
+    watch: hints.Watch | None = None,
+    read_first: bool = True,
     trust_settling_hints: bool = True,
 ) -> str | None:
     """Wait until the task is terminal or interrupted, or `timeout` passes; return its state
@@ -36,20 +39,19 @@ async def wait_until_settled(
       a lost hint costs that long at most.
     """
     async with AsyncExitStack() as stack:
-        if watch is None:
-            watch = await stack.enter_async_context(hints.watch(str(task_id)))
+        watching = watch if watch is not None else await stack.enter_async_context(hints.watch(str(task_id)))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         state = await dbcalls.run(selectors.task_state, task_id) if read_first else None
         if read_first and (state is None or state in SETTLED):
             return state
         while (remaining := deadline - loop.time()) > 0:
-            hinted = await watch.wait(min(remaining, settings.HINT_FALLBACK_POLL))
-            if hinted and watch.states:
-                settled = [s for s in watch.states if s in SETTLED]
+            hinted = await watching.wait(min(remaining, settings.HINT_FALLBACK_POLL))
+            if hinted and watching.states:
+                settled = [s for s in watching.states if s in SETTLED]
                 if settled and trust_settling_hints:
                     return settled[-1]
-                if all(s in _NOT_SETTLING for s in watch.states):
+                if all(s in _NOT_SETTLING for s in watching.states):
                     continue
             state = await dbcalls.run(selectors.task_state, task_id)
             if state is None or state in SETTLED:

@@ -27,9 +27,10 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import psycopg
@@ -47,6 +48,7 @@ KIND_OF_FRAME = {"statusUpdate": "status", "artifactUpdate": "artifact", "messag
 
 
 # --- settings of a run --------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Knobs:
@@ -109,6 +111,7 @@ class Plan:
 
 
 # --- the private stack -------------------------------------------------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -174,7 +177,7 @@ class Stack:
 
     # start and stop
 
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         try:
             self._start_postgres()
             self.start_redis()
@@ -185,8 +188,11 @@ class Stack:
             self.start_web()
             self._start_worker()
             _wait(self.web_up, 30, "daphne")
-            _wait(lambda: "ready." in self.log("worker") and "beat: Starting" in self.log("worker"), 60,
-                  "the worker and beat")
+            _wait(
+                lambda: "ready." in self.log("worker") and "beat: Starting" in self.log("worker"),
+                60,
+                "the worker and beat",
+            )
         except BaseException as exc:
             tails = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-2000:]}" for p in self.dir.glob("*.log"))
             self.stop()
@@ -213,7 +219,7 @@ class Stack:
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Stack:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -223,9 +229,13 @@ class Stack:
     def env(self) -> dict[str, str]:
         # A bare environment: nothing of the caller's (pytest sets DB_POOL=0 and the like) leaks in.
         return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-            "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", "DJANGO_SETTINGS_MODULE": "agentserver.settings",
-            "DATABASE_URL": self.dsn, "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+            "DATABASE_URL": self.dsn,
+            "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             # Celery's emergency dumps of messages it could not give back (Redis gone) land here.
             "TMPDIR": str(self.dir),
             **self.knobs.env(),
@@ -240,14 +250,16 @@ class Stack:
         if previous is not None:
             self._dead.append(previous)
         with open(self.dir / f"{name}.log", "ab") as out:
-            proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                    **kwargs)
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, **kwargs
+            )
         self._procs[name] = proc
         return proc
 
     def _manage(self, *args: str) -> str:
-        done = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=120
+        )
         if done.returncode:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
         return done.stdout
@@ -255,9 +267,24 @@ class Stack:
     # Postgres
 
     def _pg_ctl(self, *args: str, check: bool = True) -> None:
-        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "pg"), "-l",
-                                     str(self.dir / "postgres.log"), "-w", "-t", "30", *args]),
-                       check=check, capture_output=True, timeout=60)
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(PG_BIN / "pg_ctl"),
+                    "-D",
+                    str(self.dir / "pg"),
+                    "-l",
+                    str(self.dir / "postgres.log"),
+                    "-w",
+                    "-t",
+                    "30",
+                    *args,
+                ]
+            ),
+            check=check,
+            capture_output=True,
+            timeout=60,
+        )
 
     def _start_postgres(self) -> None:
         data = self.dir / "pg"
@@ -266,16 +293,25 @@ class Stack:
         if os.geteuid() == 0:
             for path in (data, self.dir / "postgres.log"):
                 shutil.chown(path, "postgres")
-        subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                                     "-E", "UTF8", "--no-sync"]), check=True, capture_output=True, timeout=60)
+        subprocess.run(
+            _as_postgres(
+                [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"]
+            ),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
         with open(data / "postgresql.conf", "a") as conf:
             # fsync off: a fast shutdown still writes everything; only a crash of the machine would lose data.
-            conf.write(f"port = {self.pg_port}\nlisten_addresses = '127.0.0.1'\n"
-                       f"unix_socket_directories = '{data}'\nfsync = off\nmax_connections = 200\n")
+            conf.write(
+                f"port = {self.pg_port}\nlisten_addresses = '127.0.0.1'\n"
+                f"unix_socket_directories = '{data}'\nfsync = off\nmax_connections = 200\n"
+            )
         self._pg_ctl("start")
         self._pg_started = True
-        with psycopg.connect(host="127.0.0.1", port=self.pg_port, user="postgres", dbname="postgres",
-                             autocommit=True) as admin:
+        with psycopg.connect(
+            host="127.0.0.1", port=self.pg_port, user="postgres", dbname="postgres", autocommit=True
+        ) as admin:
             admin.execute("CREATE DATABASE agentserver")
 
     def postgres_stop(self) -> None:
@@ -292,8 +328,22 @@ class Stack:
 
     def start_redis(self) -> None:
         # No persistence: a restart comes back empty, every queued message gone.
-        self._spawn("redis", [REDIS_SERVER, "--port", str(self.redis_port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(self.dir)])
+        self._spawn(
+            "redis",
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+            ],
+        )
         _wait(lambda: _redis_answers(self.redis_port), 10, "redis")
 
     def redis_kill(self) -> None:
@@ -302,8 +352,20 @@ class Stack:
     # daphne and the worker
 
     def start_web(self) -> None:
-        self._spawn("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port),
-                            "agentserver.asgi:application"], env=self.env())
+        self._spawn(
+            "web",
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.web_port),
+                "agentserver.asgi:application",
+            ],
+            env=self.env(),
+        )
 
     def web_up(self) -> bool:
         try:
@@ -315,8 +377,23 @@ class Stack:
         self._kill("web")
 
     def _start_worker(self) -> None:
-        self._spawn("worker", [sys.executable, "-m", "celery", "-A", "agentserver", "worker", "-B", "-l", "info",
-                               "-s", str(self.dir / "celerybeat-schedule")], env=self.env())
+        self._spawn(
+            "worker",
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentserver",
+                "worker",
+                "-B",
+                "-l",
+                "info",
+                "-s",
+                str(self.dir / "celerybeat-schedule"),
+            ],
+            env=self.env(),
+        )
 
     def _kill(self, name: str) -> None:
         proc = self._procs[name]
@@ -340,6 +417,7 @@ class Stack:
 
 
 # --- what the clients saw ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -440,8 +518,9 @@ class Client:
         self.record(method, started, result)
         return result, answer
 
-    def stream(self, agent: str, method: str, params: dict[str, Any], seen: StreamSeen, *,
-               last_event_id: int | None = None) -> str:
+    def stream(
+        self, agent: str, method: str, params: dict[str, Any], seen: StreamSeen, *, last_event_id: int | None = None
+    ) -> str:
         """Read one SSE response into `seen`; how it ended: "end" (the server closed it), or
         why not ("dropped", "stalled", "rpc <code>" in the stream, or the request's outcome)."""
         headers = self._headers(Accept="text/event-stream")
@@ -474,7 +553,9 @@ class Client:
                         inner = result[kind]
                         seen.task_id = seen.task_id or inner.get("taskId") or inner.get("id", "")
                         state = inner["status"]["state"] if "status" in inner else ""
-                        seen.frames.append(Frame(event_id or 0, KIND_OF_FRAME[kind], state, snapshot and kind == "task"))
+                        seen.frames.append(
+                            Frame(event_id or 0, KIND_OF_FRAME[kind], state, snapshot and kind == "task")
+                        )
                         snapshot, event_id = False, None
                 return "end"
         except httpx.HTTPError as exc:
@@ -483,9 +564,14 @@ class Client:
 
 # --- the load around a fault ----------------------------------------------------------------
 
+
 def _message(text: str, task_id: str | None = None) -> dict[str, Any]:
-    return {"messageId": uuid.uuid4().hex, "role": "ROLE_USER", "parts": [{"text": text}],
-            **({"taskId": task_id} if task_id else {})}
+    return {
+        "messageId": uuid.uuid4().hex,
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+        **({"taskId": task_id} if task_id else {}),
+    }
 
 
 class Load:
@@ -506,8 +592,9 @@ class Load:
         thread.start()
         into.append(thread)
 
-    def _accept(self, agent: str, text: str, *, kind: str, push: bool = False, task_id: str | None = None,
-                retry: bool = True) -> str | None:
+    def _accept(
+        self, agent: str, text: str, *, kind: str, push: bool = False, task_id: str | None = None, retry: bool = True
+    ) -> str | None:
         """SendMessage with returnImmediately, again while the service is away; the task id."""
         configuration: dict[str, Any] = {"returnImmediately": True}
         if push:
@@ -572,12 +659,14 @@ class Load:
             seen.breaks[ended] += 1
             time.sleep(0.2)
             opened = seen.opened
-            ended = self.client.stream("writer", "SubscribeToTask", {"id": seen.task_id}, seen,
-                                       last_event_id=seen.last_id)
+            ended = self.client.stream(
+                "writer", "SubscribeToTask", {"id": seen.task_id}, seen, last_event_id=seen.last_id
+            )
             seen.resumes += seen.opened - opened
 
     def open_streams(self) -> None:
         """Two-turn streams: the writer asks for input, and a subscriber waits on the task."""
+
         def two_turn(seen: StreamSeen, n: int) -> None:
             self.client.stream("writer", "SendStreamingMessage", {"message": _message(f"write {n}")}, seen)
             if seen.frames and seen.frames[-1].state == "TASK_STATE_INPUT_REQUIRED":
@@ -601,8 +690,13 @@ class Load:
         direct = [StreamSeen() for _ in range(1, self.plan.streams, 2)]
         for seen in direct:
             self.streams.append(seen)
-            self._thread(self._follow, seen, "SendStreamingMessage", {"message": _message("a haiku about waves")},
-                         into=self._readers)
+            self._thread(
+                self._follow,
+                seen,
+                "SendStreamingMessage",
+                {"message": _message("a haiku about waves")},
+                into=self._readers,
+            )
         for seen in self._waiting:
             if self._accept("writer", "a letter about the storm", kind="stream", task_id=seen.task_id):
                 self._job_of(seen.task_id).followed_up = True
@@ -619,6 +713,7 @@ class Load:
     def probe(self) -> None:
         """Every quarter second from the fault on, a new SendMessage, until one succeeded after
         the dependency came back (and two seconds more)."""
+
         def loop() -> None:
             n, done_at = 0, None
             while time.time() < self.give_up_at and (done_at is None or time.time() < done_at + 2):
@@ -638,6 +733,7 @@ class Load:
 
 
 # --- the faults ----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Window:
@@ -693,6 +789,7 @@ FAULTS: dict[str, tuple[str, Callable[[Stack, Plan], Window]]] = {
 
 # --- the verdict ---------------------------------------------------------------------------
 
+
 @dataclass
 class Report:
     fault: str
@@ -726,15 +823,22 @@ class Report:
         found = []
         if not self.accepted:
             found.append("no task was accepted: the load never ran")
-        for what, items in (("lost", self.lost), ("stuck", self.stuck), ("with a gap in their event log", self.log_gaps),
-                            ("with a duplicate seq", self.log_dups), ("streams incomplete", self.streams_incomplete),
-                            ("anomalies", self.anomalies)):
+        for what, items in (
+            ("lost", self.lost),
+            ("stuck", self.stuck),
+            ("with a gap in their event log", self.log_gaps),
+            ("with a duplicate seq", self.log_dups),
+            ("streams incomplete", self.streams_incomplete),
+            ("anomalies", self.anomalies),
+        ):
             if items:
                 found.append(f"{len(items)} {what}: {items[:5]}")
         if self.push_missing:
             found.append(f"{len(self.push_missing)} tasks' pushes missing: {dict(list(self.push_missing.items())[:5])}")
         if self.recovery_s is None or self.recovery_s > recovery_within:
-            found.append(f"SendMessage succeeded again after {seconds(self.recovery_s)} s, not within {recovery_within} s")
+            found.append(
+                f"SendMessage succeeded again after {seconds(self.recovery_s)} s, not within {recovery_within} s"
+            )
         if self.served_s is None or self.served_s > served_within:
             found.append(f"a new task was done after {seconds(self.served_s)} s, not within {served_within} s")
         return found
@@ -748,20 +852,45 @@ def seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f}"
 
 
-COLUMNS = ["fault", "accepted (orphans)", "settled by state", "stuck", "lost", "log gaps / dups", "reruns",
-           "streams complete / resumes", "pushes delivered", "requests during outage", "slowest answer s",
-           "anomalies", "recovery s", "first new task done s", "all settled s", "all pushed s"]
+COLUMNS = [
+    "fault",
+    "accepted (orphans)",
+    "settled by state",
+    "stuck",
+    "lost",
+    "log gaps / dups",
+    "reruns",
+    "streams complete / resumes",
+    "pushes delivered",
+    "requests during outage",
+    "slowest answer s",
+    "anomalies",
+    "recovery s",
+    "first new task done s",
+    "all settled s",
+    "all pushed s",
+]
 
 
 def row(report: Report) -> list[str]:
     streams_ok = report.streams - len(report.streams_incomplete)
     return [
-        report.fault, f"{report.accepted} ({sum(report.orphans.values())})", counts(report.settled), str(len(report.stuck)),
-        str(len(report.lost)), f"{len(report.log_gaps)} / {len(report.log_dups)}", str(report.reruns),
+        report.fault,
+        f"{report.accepted} ({sum(report.orphans.values())})",
+        counts(report.settled),
+        str(len(report.stuck)),
+        str(len(report.lost)),
+        f"{len(report.log_gaps)} / {len(report.log_dups)}",
+        str(report.reruns),
         f"{streams_ok}/{report.streams} / {report.stream_resumes}",
-        f"{report.pushed_tasks - len(report.push_missing)}/{report.pushed_tasks}", counts(report.outage),
-        f"{report.slowest_s:.1f}", str(len(report.anomalies)), seconds(report.recovery_s), seconds(report.served_s),
-        seconds(report.settled_s), seconds(report.pushed_s),
+        f"{report.pushed_tasks - len(report.push_missing)}/{report.pushed_tasks}",
+        counts(report.outage),
+        f"{report.slowest_s:.1f}",
+        str(len(report.anomalies)),
+        seconds(report.recovery_s),
+        seconds(report.served_s),
+        seconds(report.settled_s),
+        seconds(report.pushed_s),
     ]
 
 
@@ -771,6 +900,7 @@ def table(reports: list[Report]) -> str:
 
 
 # --- one run: load, fault, checks ---------------------------------------------------------
+
 
 def run(stack: Stack, fault: str, plan: Plan) -> Report:
     _, inject = FAULTS[fault]
@@ -789,7 +919,9 @@ def run(stack: Stack, fault: str, plan: Plan) -> Report:
     stuck = _poll(lambda: _unsettled(stack, since), until)
     settled_s = _last_settled(stack, since) - window.back_at
     push_ids = [j.task_id for j in load.jobs if j.push]
-    push_until = max(time.time(), window.back_at + stack.knobs.push_lease) + stack.knobs.push_sweep_every + plan.push_within
+    push_until = (
+        max(time.time(), window.back_at + stack.knobs.push_lease) + stack.knobs.push_sweep_every + plan.push_within
+    )
     missing = _poll(lambda: _pushes_missing(stack, push_ids), push_until)
     pushed_s = None if missing else _last_push(stack, push_ids) - window.back_at
     return _report(stack, fault, window, load, since, stuck, settled_s, push_ids, missing, pushed_s, logged)
@@ -803,8 +935,9 @@ def _poll(pending: Callable[[], Any], until: float) -> Any:
 
 
 def _unsettled(stack: Stack, since: Any) -> list[str]:
-    rows = stack.sql("SELECT id::text, state FROM tasks_app_task WHERE created_at >= %s AND NOT state = ANY(%s)",
-                     since, SETTLED)
+    rows = stack.sql(
+        "SELECT id::text, state FROM tasks_app_task WHERE created_at >= %s AND NOT state = ANY(%s)", since, SETTLED
+    )
     return [f"{task_id} {state}" for task_id, state in rows]
 
 
@@ -839,19 +972,34 @@ def _stream_verdict(seen: StreamSeen, log: list[tuple[int, str]]) -> str | None:
     return None
 
 
-def _report(stack: Stack, fault: str, window: Window, load: Load, since: Any, stuck: list[str],
-            settled_s: float, push_ids: list[str], missing: dict[str, list[int]], pushed_s: float | None,
-            logged: dict[str, int]) -> Report:
+def _report(
+    stack: Stack,
+    fault: str,
+    window: Window,
+    load: Load,
+    since: Any,
+    stuck: list[str],
+    settled_s: float,
+    push_ids: list[str],
+    missing: dict[str, list[int]],
+    pushed_s: float | None,
+    logged: dict[str, int],
+) -> Report:
     jobs = {j.task_id: j for j in load.jobs}
     rows = stack.sql(
         "SELECT t.id::text, t.state, t.failure, t.last_seq, t.run_retries, count(e.id), count(DISTINCT e.seq), "
         "coalesce(min(e.seq), 0), coalesce(max(e.seq), 0) FROM tasks_app_task t "
-        "LEFT JOIN tasks_app_taskevent e ON e.task_id = t.id WHERE t.created_at >= %s GROUP BY t.id", since)
+        "LEFT JOIN tasks_app_taskevent e ON e.task_id = t.id WHERE t.created_at >= %s GROUP BY t.id",
+        since,
+    )
     stored = {r[0]: r for r in rows}
     settled = Counter(f"{state} ({failure})" if failure else state for _, state, failure, *_ in rows)
     lost = [t for t in jobs if t not in stored]
-    lost += [f"{t}: the follow-up was accepted, the task still waits for input" for t, j in jobs.items()
-             if j.followed_up and t in stored and stored[t][1] == "input-required"]
+    lost += [
+        f"{t}: the follow-up was accepted, the task still waits for input"
+        for t, j in jobs.items()
+        if j.followed_up and t in stored and stored[t][1] == "input-required"
+    ]
     gaps = [r[0] for r in rows if r[3] and (r[6] != r[3] or r[7] != 1 or r[8] != r[3])]
     dups = [r[0] for r in rows if r[5] != r[6]]
 
@@ -860,13 +1008,19 @@ def _report(stack: Stack, fault: str, window: Window, load: Load, since: Any, st
         if not seen.task_id:
             incomplete.append("a stream that never got as far as its task")
             continue
-        log = [(seq, kind) for seq, kind in stack.sql(
-            "SELECT seq, kind FROM tasks_app_taskevent WHERE task_id = %s ORDER BY seq", seen.task_id)]
+        log = [
+            (seq, kind)
+            for seq, kind in stack.sql(
+                "SELECT seq, kind FROM tasks_app_taskevent WHERE task_id = %s ORDER BY seq", seen.task_id
+            )
+        ]
         if (verdict := _stream_verdict(seen, log)) is not None:
             incomplete.append(verdict)
 
     outcomes = load.client.outcomes
-    ok_after = [o.ended for o in outcomes if o.what == "SendMessage" and o.result == "ok" and o.started >= window.back_at]
+    ok_after = [
+        o.ended for o in outcomes if o.what == "SendMessage" and o.result == "ok" and o.started >= window.back_at
+    ]
     recovery_s = min(ok_after) - window.back_at if ok_after else None
     during = [o for o in outcomes if o.ended >= window.fault_at and o.started <= window.back_at]
     outage = Counter(o.result for o in during)
@@ -875,29 +1029,55 @@ def _report(stack: Stack, fault: str, window: Window, load: Load, since: Any, st
     # While daphne is away nothing answers: refused and dropped connections are the outage
     # itself. At any other time they are faults of the server.
     anomalies = [
-        f"{o.what} at {o.started - window.fault_at:+.1f} s: {o.result}" for o in outcomes
+        f"{o.what} at {o.started - window.fault_at:+.1f} s: {o.result}"
+        for o in outcomes
         if o.result in ("timeout", "http 503 without retry-after")
-        or o.result.startswith("http ") and o.result != "http 503 retry-after"
-        or o.result in ("refused", "dropped") and not (fault == "daphne-kill" and o in during)
+        or o.result.startswith("http ")
+        and o.result != "http 503 retry-after"
+        or o.result in ("refused", "dropped")
+        and not (fault == "daphne-kill" and o in during)
     ]
     breaks = sum((s.breaks for s in load.streams), Counter())
     anomalies += [f"a stream stalled (no heartbeat) {n} times" for n in [breaks["stalled"]] if n]
 
     probes_after = [t for t, j in jobs.items() if j.kind == "probe" and j.accepted_at >= window.back_at]
-    done_at = stack.sql("SELECT min(status_timestamp) FROM tasks_app_task WHERE id = ANY(%s::uuid[]) "
-                        "AND state = 'completed'", probes_after)[0][0] if probes_after else None
+    done_at = (
+        stack.sql(
+            "SELECT min(status_timestamp) FROM tasks_app_task WHERE id = ANY(%s::uuid[]) AND state = 'completed'",
+            probes_after,
+        )[0][0]
+        if probes_after
+        else None
+    )
     tracebacks = {}
     for name, offset in logged.items():
         text = stack.log(name)[offset:]
-        tracebacks[name] = [text[i:i + 600] for i in _find_all(text, "Traceback")][:3]
+        tracebacks[name] = [text[i : i + 600] for i in _find_all(text, "Traceback")][:3]
     return Report(
-        fault=fault, window=window, accepted=len(jobs), orphans=Counter(stored[t][1] for t in set(stored) - set(jobs)),
+        fault=fault,
+        window=window,
+        accepted=len(jobs),
+        orphans=Counter(stored[t][1] for t in set(stored) - set(jobs)),
         settled=settled,
-        stuck=stuck, lost=lost, log_gaps=gaps, log_dups=dups, reruns=sum(r[4] for r in rows),
-        streams=len(load.streams), streams_incomplete=incomplete, stream_resumes=sum(s.resumes for s in load.streams),
-        stream_breaks=breaks, pushed_tasks=len(push_ids), push_missing=missing, outage=outage, elsewhere=elsewhere,
-        anomalies=anomalies, slowest_s=max(answered, default=0.0), recovery_s=recovery_s,
-        served_s=done_at.timestamp() - window.back_at if done_at else None, settled_s=settled_s, pushed_s=pushed_s,
+        stuck=stuck,
+        lost=lost,
+        log_gaps=gaps,
+        log_dups=dups,
+        reruns=sum(r[4] for r in rows),
+        streams=len(load.streams),
+        streams_incomplete=incomplete,
+        stream_resumes=sum(s.resumes for s in load.streams),
+        stream_breaks=breaks,
+        pushed_tasks=len(push_ids),
+        push_missing=missing,
+        outage=outage,
+        elsewhere=elsewhere,
+        anomalies=anomalies,
+        slowest_s=max(answered, default=0.0),
+        recovery_s=recovery_s,
+        served_s=done_at.timestamp() - window.back_at if done_at else None,
+        settled_s=settled_s,
+        pushed_s=pushed_s,
         tracebacks={k: v for k, v in tracebacks.items() if v},
     )
 

@@ -48,6 +48,7 @@ def _eager_agents():
 
 # --- push: no DNS, no real delivery jobs in-process ------------------------------------
 
+
 class FakeDns(dict):
     """Names the SSRF guard may resolve in this test (name -> addresses); any other name
     fails to resolve, as it would offline. IP literals never reach it."""
@@ -63,8 +64,9 @@ class FakeDns(dict):
         host.encode("idna")  # as socket.getaddrinfo does first: UnicodeError for a name it cannot encode
         if host not in self:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port))
-                for a in self[host]]
+        return [
+            (socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in self[host]
+        ]
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +85,9 @@ def push_jobs(monkeypatch) -> list[tuple[int, float | None]]:
     from push import dispatch
 
     jobs: list[tuple[int, float | None]] = []
-    monkeypatch.setattr(dispatch, "enqueue_delivery", lambda *, config_pk, countdown=None: jobs.append((config_pk, countdown)))
+    monkeypatch.setattr(
+        dispatch, "enqueue_delivery", lambda *, config_pk, countdown=None: jobs.append((config_pk, countdown))
+    )
     return jobs
 
 
@@ -119,8 +123,13 @@ def own_session():
     from django.db import connection
 
     db = connection.settings_dict
-    return psycopg.connect(host=db["HOST"] or "127.0.0.1", port=db["PORT"] or 5432, user=db["USER"] or "postgres",
-                           dbname=db["NAME"], autocommit=True)
+    return psycopg.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=db["PORT"] or 5432,
+        user=db["USER"] or "postgres",
+        dbname=db["NAME"],
+        autocommit=True,
+    )
 
 
 def end_sessions(where: str, *params: Any) -> int:
@@ -158,6 +167,7 @@ def run_async(coro):
 
     return asyncio.run(main())
 
+
 @pytest.fixture(params=["one-statement", "orm"])
 def store_path(request, monkeypatch):
     """Run a test on both write/read paths: Postgres' single statements, and the ORM path
@@ -171,6 +181,7 @@ def store_path(request, monkeypatch):
 
 # --- tenants, agents, keys -------------------------------------------------------------
 
+
 @pytest.fixture
 def tenant(db):
     from registry.services import tenant_ensure
@@ -182,8 +193,12 @@ def make_agent(tenant, slug: str, executor: str, **fields):
     from registry.services import agent_ensure
 
     defaults = {
-        "name": slug.title(), "description": f"The {slug} agent", "executor": executor,
-        "input_modes": ["text/plain"], "output_modes": ["text/plain"], "is_public": False,
+        "name": slug.title(),
+        "description": f"The {slug} agent",
+        "executor": executor,
+        "input_modes": ["text/plain"],
+        "output_modes": ["text/plain"],
+        "is_public": False,
         "skills": [{"id": slug, "name": slug, "description": f"{slug} skill", "tags": ["test"]}],
     }
     defaults.update(fields)
@@ -221,11 +236,16 @@ def bob_key(tenant) -> str:
 
 # --- calling the JSON-RPC endpoint -----------------------------------------------------
 
+
 def user_message(text: str = "hello", **extra: Any) -> dict[str, Any]:
     import uuid
 
-    return {"messageId": extra.pop("messageId", str(uuid.uuid4())), "role": "ROLE_USER",
-            "parts": [{"text": text}], **extra}
+    return {
+        "messageId": extra.pop("messageId", str(uuid.uuid4())),
+        "role": "ROLE_USER",
+        "parts": [{"text": text}],
+        **extra,
+    }
 
 
 @dataclass
@@ -249,8 +269,15 @@ class Rpc:
     def __init__(self, client) -> None:
         self.client = client
 
-    def raw(self, path: str, body: bytes, *, key: str | None = None, content_type: str = "application/json",
-            headers: dict[str, str] | None = None) -> RpcResponse:
+    def raw(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        key: str | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> RpcResponse:
         hdrs = {**V1, **(headers or {})}
         if key:
             hdrs["X-API-Key"] = key
@@ -258,13 +285,28 @@ class Rpc:
         body_json = orjson.loads(response.content) if response.content else {}
         return RpcResponse(response.status_code, response.headers, body_json)
 
-    def __call__(self, path: str, method: str, params: dict[str, Any] | None = None, *, key: str | None = None,
-                 headers: dict[str, str] | None = None, request_id: Any = 1) -> RpcResponse:
+    def __call__(
+        self,
+        path: str,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        request_id: Any = 1,
+    ) -> RpcResponse:
         body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}})
         return self.raw(path, body, key=key, headers=headers)
 
-    def send(self, path: str, text: str = "hello", *, key: str | None = None, configuration: dict | None = None,
-             **message_fields: Any) -> RpcResponse:
+    def send(
+        self,
+        path: str,
+        text: str = "hello",
+        *,
+        key: str | None = None,
+        configuration: dict | None = None,
+        **message_fields: Any,
+    ) -> RpcResponse:
         params: dict[str, Any] = {"message": user_message(text, **message_fields)}
         if configuration:
             params["configuration"] = configuration
@@ -277,6 +319,7 @@ def rpc(client) -> Rpc:
 
 
 # --- the live stack: daphne + a Celery worker as subprocesses ---------------------------
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -331,7 +374,9 @@ def live(django_db_setup, django_db_blocker):
     env = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "agentserver.settings",
-        "DATABASE_URL": f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+        "DATABASE_URL": (
+            f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        ),
         "REDIS_URL": os.environ["REDIS_URL"],
         "DB_POOL": "1",
         "DB_THREADS": "6",
@@ -347,14 +392,33 @@ def live(django_db_setup, django_db_blocker):
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
-            cwd=ROOT, env=env, stdout=open(logs / f"web{i}.log", "wb"), stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+            stdout=open(logs / f"web{i}.log", "wb"),
+            stderr=subprocess.STDOUT,
         )
         for i, port in enumerate(ports)
     ] + [
         subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "agentserver", "worker", "-l", "info", "--concurrency", "2",
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=open(logs / "worker.log", "wb"), stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "agentserver",
+                "worker",
+                "-l",
+                "info",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=open(logs / "worker.log", "wb"),
+            stderr=subprocess.STDOUT,
         ),
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
@@ -368,8 +432,7 @@ def live(django_db_setup, django_db_blocker):
     try:
         _wait_for(web_up, 30, "daphne", logs)
         _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
-        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]],
-                        worker_pid=procs[2].pid)
+        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]], worker_pid=procs[2].pid)
     finally:
         for proc in procs:
             proc.terminate()

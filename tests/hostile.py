@@ -21,13 +21,13 @@ import datetime
 import json
 import math
 import re
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
 from a2a.types import a2a_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
-from hypothesis import assume, strategies as st
+from hypothesis import assume
+from hypothesis import strategies as st
 
 # JSON-RPC method -> the message its params are (a2a.proto; the JSON-RPC binding's table).
 METHODS: dict[str, Descriptor] = {
@@ -51,13 +51,18 @@ INTERNAL_ERROR = -32603
 
 # Loopback literals outside every allow-list the live stack has: the SSRF guard refuses
 # them without a DNS query, and nothing listens there.
-LIVE_URLS = ("http://127.0.0.2:9/hook", "https://[::ffff:127.0.0.3]/hook", "http://127.0.0.2/",
-             "https://127.0.0.2:8443/a?b=c")
+LIVE_URLS = (
+    "http://127.0.0.2:9/hook",
+    "https://[::ffff:127.0.0.3]/hook",
+    "http://127.0.0.2/",
+    "https://127.0.0.2:8443/a?b=c",
+)
 # Strings for URL fields that are no URL at all: no scheme, nothing a resolver could be asked.
 NOT_URLS = ("", " ", "hook", "not a url", "127.0.0.2", "[::ffff:127.0.0.3]", "x" * 2049, "\x00", "\ud800")
 
 
 # --- JSON text Python's json will not write ------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Raw:
@@ -83,17 +88,28 @@ def encode(value: Any, *, ascii_only: bool = True) -> str:
         return value.text
     if isinstance(value, Twice):
         members = [(value.key, value.first), *value.members.items()]
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=ascii_only)}:{encode(v, ascii_only=ascii_only)}"
-                              for k, v in members) + "}"
+        return (
+            "{"
+            + ",".join(
+                f"{json.dumps(k, ensure_ascii=ascii_only)}:{encode(v, ascii_only=ascii_only)}" for k, v in members
+            )
+            + "}"
+        )
     if isinstance(value, dict):
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=ascii_only)}:{encode(v, ascii_only=ascii_only)}"
-                              for k, v in value.items()) + "}"
+        return (
+            "{"
+            + ",".join(
+                f"{json.dumps(k, ensure_ascii=ascii_only)}:{encode(v, ascii_only=ascii_only)}" for k, v in value.items()
+            )
+            + "}"
+        )
     if isinstance(value, list):
         return "[" + ",".join(encode(v, ascii_only=ascii_only) for v in value) + "]"
     return json.dumps(value, ensure_ascii=ascii_only)
 
 
 # --- ProtoJSON that follows the schema ----------------------------------------------------------
+
 
 @dataclass
 class Pools:
@@ -116,25 +132,44 @@ class Pools:
 def json_values(max_leaves: int = 8) -> st.SearchStrategy:
     """Any JSON value (google.protobuf.Value, a Struct's members)."""
     return st.recursive(
-        st.none() | st.booleans() | st.integers(-(2**53), 2**53)
-        | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**53), 2**53)
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=20),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
         max_leaves=max_leaves,
     )
 
 
 _TIMESTAMPS = st.one_of(
-    st.datetimes(min_value=datetime.datetime(1970, 1, 1), max_value=datetime.datetime(2100, 1, 1),
-                 timezones=st.just(datetime.timezone.utc)).map(lambda d: d.isoformat().replace("+00:00", "Z")),
-    st.sampled_from(["2026-01-01T00:00:00Z", "2026-01-01T00:00:00.123456789Z", "2026-01-01T01:00:00+01:00",
-                     "1970-01-01T00:00:00Z", "9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"]),
+    st.datetimes(
+        min_value=datetime.datetime(1970, 1, 1),
+        max_value=datetime.datetime(2100, 1, 1),
+        timezones=st.just(datetime.UTC),
+    ).map(lambda d: d.isoformat().replace("+00:00", "Z")),
+    st.sampled_from(
+        [
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T00:00:00.123456789Z",
+            "2026-01-01T01:00:00+01:00",
+            "1970-01-01T00:00:00Z",
+            "9999-12-31T23:59:59Z",
+            "0001-01-01T00:00:00Z",
+        ]
+    ),
 )
 _INT_TYPES = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1), FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1), FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1), FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SINT64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
 }
 MEDIA_TYPES = ["text/plain", "text/*", "*/*", "application/json", "image/png", "", "text/plain; charset=utf-8"]
 
@@ -173,7 +208,8 @@ def _scalar(f: FieldDescriptor, pools: Pools) -> st.SearchStrategy:
         return _string(f, pools)
     if f.type == FieldDescriptor.TYPE_BYTES:  # ProtoJSON: standard or URL-safe base64
         return st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode()) | st.binary(max_size=30).map(
-            lambda b: base64.urlsafe_b64encode(b).decode())
+            lambda b: base64.urlsafe_b64encode(b).decode()
+        )
     if f.type == FieldDescriptor.TYPE_BOOL:
         return st.booleans()
     if f.type in _INT_TYPES:
@@ -245,8 +281,9 @@ def _build_message(descriptor: Descriptor, pools: Pools, depth: int) -> st.Searc
     def build(draw) -> dict[str, Any]:
         out: dict[str, Any] = {}
         # A oneof chooses one member; "_x" oneofs are proto3 `optional`, not a choice.
-        chosen = {o.name: draw(st.sampled_from(list(o.fields))).name for o in descriptor.oneofs
-                  if not o.name.startswith("_")}
+        chosen = {
+            o.name: draw(st.sampled_from(list(o.fields))).name for o in descriptor.oneofs if not o.name.startswith("_")
+        }
         for f, strategy in members:
             oneof = f.containing_oneof
             if oneof is not None and not oneof.name.startswith("_"):
@@ -269,11 +306,16 @@ def params_for(method: str, pools: Pools) -> st.SearchStrategy[dict]:
     if method != "SubscribeToTask":
         return base
     resume = st.sampled_from([0, 1, 2, "1", "", -1, "x", 2**40, 1.0])
-    return pools.cached("subscribe", lambda: st.tuples(base, st.none() | resume).map(
-        lambda p: p[0] if p[1] is None else {**p[0], "lastEventId": p[1]}))
+    return pools.cached(
+        "subscribe",
+        lambda: st.tuples(base, st.none() | resume).map(
+            lambda p: p[0] if p[1] is None else {**p[0], "lastEventId": p[1]}
+        ),
+    )
 
 
 # --- hostile values and where they go -----------------------------------------------------------
+
 
 def nested(levels: int, kind: str = "array") -> Raw:
     if kind == "array":
@@ -291,14 +333,59 @@ HOSTILE_VALUES = st.one_of(
     st.sampled_from([30, 62, 63, 64, 65, 70, 300, 1100, 5000]).map(nested),
     st.sampled_from([30, 64, 70, 300, 1100]).map(lambda n: nested(n, "object")),
     # odd strings: U+0000, control characters, lone surrogates, non-BMP, RTL, BOM, separators
-    st.sampled_from(["\x00", "a\x00b", "\x01\x1f\x7f", "\u202eevil\u202c", "\u200f", "\U0001f600", "\ud800",
-                     "x\udfff", "\udfff\ud800", "\ufeff", "\uffff", "\u2028\u2029", "\\", '"', "%00", "../../etc",
-                     "\t\r\n", " ", "null", "0", "-1", "1e400", "NaN", "ROLE_USER", "TASK_STATE_WORKING"]),
+    st.sampled_from(
+        [
+            "\x00",
+            "a\x00b",
+            "\x01\x1f\x7f",
+            "\u202eevil\u202c",
+            "\u200f",
+            "\U0001f600",
+            "\ud800",
+            "x\udfff",
+            "\udfff\ud800",
+            "\ufeff",
+            "\uffff",
+            "\u2028\u2029",
+            "\\",
+            '"',
+            "%00",
+            "../../etc",
+            "\t\r\n",
+            " ",
+            "null",
+            "0",
+            "-1",
+            "1e400",
+            "NaN",
+            "ROLE_USER",
+            "TASK_STATE_WORKING",
+        ]
+    ),
     st.text(min_size=1, max_size=50),
     # numbers out of range, written as JSON text
-    st.sampled_from(["1" + "0" * 30, "-1", "2147483648", "-2147483649", "9223372036854775808",
-                     "-9223372036854775809", "18446744073709551616", "1e400", "-1e400", "1e-400", "1.5", "-0.0",
-                     "-0", "1E2", "1" * 5000, "NaN", "Infinity", "-Infinity"]).map(Raw),
+    st.sampled_from(
+        [
+            "1" + "0" * 30,
+            "-1",
+            "2147483648",
+            "-2147483649",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551616",
+            "1e400",
+            "-1e400",
+            "1e-400",
+            "1.5",
+            "-0.0",
+            "-0",
+            "1E2",
+            "1" * 5000,
+            "NaN",
+            "Infinity",
+            "-Infinity",
+        ]
+    ).map(Raw),
     st.integers(-(2**70), 2**70),
     st.floats(allow_nan=False, allow_infinity=False),
 )
@@ -350,8 +437,22 @@ def mutated(draw, params: Any) -> Any:
         return _replaced(params, path[:-1], [v for i, v in enumerate(parent) if i != path[-1]])
     if how == "add" and objects:
         target = draw(st.sampled_from(objects))
-        key = draw(st.sampled_from(["extra", "x-ext", "message_id", "history_length", "\u0000", "\ud800", "",
-                                    "a" * 300, "__proto__", "@type"]))
+        key = draw(
+            st.sampled_from(
+                [
+                    "extra",
+                    "x-ext",
+                    "message_id",
+                    "history_length",
+                    "\u0000",
+                    "\ud800",
+                    "",
+                    "a" * 300,
+                    "__proto__",
+                    "@type",
+                ]
+            )
+        )
         return _replaced(params, target, {**_at(params, target), key: draw(HOSTILE_VALUES)})
     filled = [p for p in objects if _at(params, p)]
     if how == "twice" and filled:  # a member given twice, at the text level
@@ -374,74 +475,124 @@ def mutated(draw, params: Any) -> Any:
 
 
 def _multipart(body: bytes, boundary: bytes) -> bytes:
-    return (b"--" + boundary + b'\r\nContent-Disposition: form-data; name="request"\r\n'
-            b"Content-Type: application/json\r\n\r\n" + body + b"\r\n--" + boundary + b"--\r\n")
+    return (
+        b"--" + boundary + b'\r\nContent-Disposition: form-data; name="request"\r\n'
+        b"Content-Type: application/json\r\n\r\n" + body + b"\r\n--" + boundary + b"--\r\n"
+    )
 
 
 # Changes to the whole body, as bytes: what json.dumps would never write.
-BODY_BREAKERS = st.sampled_from([
-    ("empty", lambda b: b""),
-    ("whitespace", lambda b: b" \r\n\t "),
-    ("truncated", lambda b: b[: len(b) // 2]),
-    ("one byte short", lambda b: b[:-1]),
-    ("trailing garbage", lambda b: b + b" trailing"),
-    ("trailing object", lambda b: b + b"{}"),
-    ("trailing newline", lambda b: b + b"\r\n"),
-    ("trailing NUL", lambda b: b + b"\x00"),
-    ("BOM", lambda b: b"\xef\xbb\xbf" + b),
-    ("invalid UTF-8", lambda b: b.replace(b'"', b'"\xff', 1)),
-    ("overlong UTF-8", lambda b: b.replace(b'"', b'"\xc0\xaf', 1)),
-    ("encoded surrogate", lambda b: b.replace(b'"', b'"\xed\xa0\x80', 1)),
-    ("invalid UTF-8 first", lambda b: b"\xc3\x28" + b),
-    ("UTF-16", lambda b: b.decode("utf-8", "replace").encode("utf-16")),
-    ("batch", lambda b: b"[" + b + b"]"),
-    ("batch of two", lambda b: b"[" + b + b"," + b + b"]"),
-    ("empty batch", lambda b: b"[]"),
-    ("null", lambda b: b"null"),
-    ("number", lambda b: b"42"),
-    ("string", lambda b: b'"' + b.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'),
-    ("empty object", lambda b: b"{}"),
-    ("NaN member", lambda b: b.replace(b"{", b'{"n":NaN,', 1)),
-    ("Infinity member", lambda b: b.replace(b"{", b'{"n":-Infinity,', 1)),
-    ("single quotes", lambda b: b.replace(b'"', b"'")),
-    ("comment", lambda b: b"/* c */" + b),
-    ("unclosed", lambda b: b"{" * 100_000),
-    ("deep body", lambda b: b"[" * 3000 + b + b"]" * 3000),
-    ("raw control", lambda b: b.replace(b'":"', b'":"\x01', 1)),
-    ("multipart", lambda b: _multipart(b, b"x")),
-])
+BODY_BREAKERS = st.sampled_from(
+    [
+        ("empty", lambda b: b""),
+        ("whitespace", lambda b: b" \r\n\t "),
+        ("truncated", lambda b: b[: len(b) // 2]),
+        ("one byte short", lambda b: b[:-1]),
+        ("trailing garbage", lambda b: b + b" trailing"),
+        ("trailing object", lambda b: b + b"{}"),
+        ("trailing newline", lambda b: b + b"\r\n"),
+        ("trailing NUL", lambda b: b + b"\x00"),
+        ("BOM", lambda b: b"\xef\xbb\xbf" + b),
+        ("invalid UTF-8", lambda b: b.replace(b'"', b'"\xff', 1)),
+        ("overlong UTF-8", lambda b: b.replace(b'"', b'"\xc0\xaf', 1)),
+        ("encoded surrogate", lambda b: b.replace(b'"', b'"\xed\xa0\x80', 1)),
+        ("invalid UTF-8 first", lambda b: b"\xc3\x28" + b),
+        ("UTF-16", lambda b: b.decode("utf-8", "replace").encode("utf-16")),
+        ("batch", lambda b: b"[" + b + b"]"),
+        ("batch of two", lambda b: b"[" + b + b"," + b + b"]"),
+        ("empty batch", lambda b: b"[]"),
+        ("null", lambda b: b"null"),
+        ("number", lambda b: b"42"),
+        ("string", lambda b: b'"' + b.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'),
+        ("empty object", lambda b: b"{}"),
+        ("NaN member", lambda b: b.replace(b"{", b'{"n":NaN,', 1)),
+        ("Infinity member", lambda b: b.replace(b"{", b'{"n":-Infinity,', 1)),
+        ("single quotes", lambda b: b.replace(b'"', b"'")),
+        ("comment", lambda b: b"/* c */" + b),
+        ("unclosed", lambda b: b"{" * 100_000),
+        ("deep body", lambda b: b"[" * 3000 + b + b"]" * 3000),
+        ("raw control", lambda b: b.replace(b'":"', b'":"\x01', 1)),
+        ("multipart", lambda b: _multipart(b, b"x")),
+    ]
+)
 
 
 @st.composite
 def envelope(draw, method: str, params: Any, *, broken: bool) -> Any:
     """The request object; when `broken`, often with one member broken."""
-    request_id = draw(st.one_of(st.integers(-(2**53), 2**53), st.uuids().map(str), st.text(max_size=10),
-                                st.sampled_from([0, -1, 2**63 - 1, 2**64 - 1, -(2**63), 1.5, -0.0, 1e300, ""])))
+    request_id = draw(
+        st.one_of(
+            st.integers(-(2**53), 2**53),
+            st.uuids().map(str),
+            st.text(max_size=10),
+            st.sampled_from([0, -1, 2**63 - 1, 2**64 - 1, -(2**63), 1.5, -0.0, 1e300, ""]),
+        )
+    )
     obj: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
     if not broken:
         return obj
-    change = draw(st.sampled_from(["none"] * 3 + ["jsonrpc", "id", "id", "method", "params", "drop", "twice",
-                                                   "extra", "order"]))
+    change = draw(
+        st.sampled_from(["none"] * 3 + ["jsonrpc", "id", "id", "method", "params", "drop", "twice", "extra", "order"])
+    )
     if change == "jsonrpc":
         obj["jsonrpc"] = draw(st.sampled_from(["1.0", "2", "2.0 ", 2.0, 2, None, "", ["2.0"], {"v": "2.0"}]))
     elif change == "id":
-        obj["id"] = draw(st.one_of(
-            st.sampled_from([{"a": 1}, {}, [1], [], True, False, None, 1.5, -0.0, "a\x00", "\ud800", "\x00",
-                             "x" * 10_000, 2**64, -(2**63) - 1, 10**30]),
-            st.sampled_from(["1" + "0" * 25, "1e400", "-1e400", "1e-400", "9" * 5000, "NaN", "1E2", "-0"]).map(Raw),
-        ))
+        obj["id"] = draw(
+            st.one_of(
+                st.sampled_from(
+                    [
+                        {"a": 1},
+                        {},
+                        [1],
+                        [],
+                        True,
+                        False,
+                        None,
+                        1.5,
+                        -0.0,
+                        "a\x00",
+                        "\ud800",
+                        "\x00",
+                        "x" * 10_000,
+                        2**64,
+                        -(2**63) - 1,
+                        10**30,
+                    ]
+                ),
+                st.sampled_from(["1" + "0" * 25, "1e400", "-1e400", "1e-400", "9" * 5000, "NaN", "1E2", "-0"]).map(Raw),
+            )
+        )
     elif change == "method":
-        obj["method"] = draw(st.sampled_from(
-            ["", "sendMessage", "message/send", "tasks/get", "SendMessage ", " GetTask", "GetTask\x00", "\ud800",
-             7, None, True, ["GetTask"], {"name": "GetTask"}, "x" * 5000, "rpc.discover", "__init__"]
-            + list(METHODS)))
+        obj["method"] = draw(
+            st.sampled_from(
+                [
+                    "",
+                    "sendMessage",
+                    "message/send",
+                    "tasks/get",
+                    "SendMessage ",
+                    " GetTask",
+                    "GetTask\x00",
+                    "\ud800",
+                    7,
+                    None,
+                    True,
+                    ["GetTask"],
+                    {"name": "GetTask"},
+                    "x" * 5000,
+                    "rpc.discover",
+                    "__init__",
+                ]
+                + list(METHODS)
+            )
+        )
     elif change == "params":
         obj["params"] = draw(st.sampled_from([[], [params], "params", "", 0, 1.5, None, True, Raw("NaN")]))
     elif change == "drop":
         del obj[draw(st.sampled_from(["jsonrpc", "id", "method", "params"]))]
     elif change == "twice":
         key = draw(st.sampled_from(sorted(obj)))
-        return Twice(obj, key, draw(st.sampled_from([1, "1", "2.0", "GetTask", "SendMessage", {}, None, [] ])))
+        return Twice(obj, key, draw(st.sampled_from([1, "1", "2.0", "GetTask", "SendMessage", {}, None, []])))
     elif change == "extra":
         obj[draw(st.sampled_from(["extra", "result", "error", "", "\u0000", "ID", "Method"]))] = draw(HOSTILE_VALUES)
     elif change == "order":
@@ -454,19 +605,33 @@ def envelope(draw, method: str, params: Any, *, broken: bool) -> Any:
 # Header values an HTTP client can send: visible ASCII and bytes 0x80-0xff, with spaces and
 # tabs only inside (h11 refuses CR, LF, NUL, other controls, and whitespace at either end).
 _VISIBLE = [c for c in range(0x21, 0x100) if c != 0x7F]
-HEADER_JUNK = st.lists(st.sampled_from(_VISIBLE + [0x20, 0x09]), max_size=40).map(
-    lambda cs: bytes(cs).strip(b" \t"))
+HEADER_JUNK = st.lists(st.sampled_from(_VISIBLE + [0x20, 0x09]), max_size=40).map(lambda cs: bytes(cs).strip(b" \t"))
 # Bytes RFC 9110 allows in a field value that daphne refuses with its own HTML 400 before any
 # application sees the request (Python's str.splitlines breaks lines at them): the live runs
 # leave them out, the in-process runs send them to the endpoint.
 DAPHNE_REFUSES = frozenset(b"\x0b\x0c\x1c\x1d\x1e\x85")
 CONTENT_TYPES = st.one_of(
-    st.sampled_from([
-        b"application/a2a+json", b"application/json; charset=utf-8", b"Application/JSON", b"application/json;",
-        b"application/json; charset=latin-1", b"application/json ;charset=utf-8", None, b"", b"multipart/form-data",
-        b"multipart/form-data; boundary=x", b"multipart/form-data; boundary=", b"application/x-www-form-urlencoded",
-        b"text/plain", b"application/json-patch+json", b"*/*", b"application/jsonx", b"json",
-    ]),
+    st.sampled_from(
+        [
+            b"application/a2a+json",
+            b"application/json; charset=utf-8",
+            b"Application/JSON",
+            b"application/json;",
+            b"application/json; charset=latin-1",
+            b"application/json ;charset=utf-8",
+            None,
+            b"",
+            b"multipart/form-data",
+            b"multipart/form-data; boundary=x",
+            b"multipart/form-data; boundary=",
+            b"application/x-www-form-urlencoded",
+            b"text/plain",
+            b"application/json-patch+json",
+            b"*/*",
+            b"application/jsonx",
+            b"json",
+        ]
+    ),
     HEADER_JUNK,
 )
 
@@ -487,8 +652,10 @@ class HostileRequest:
     def describe(self) -> str:
         headers = {k: v[:80] for k, v in self.headers.items()}
         body = self.body if len(self.body) <= 600 else self.body[:300] + b"..." + self.body[-200:]
-        return (f"{self.agent} agent, method {self.method}{self.path_query}, headers {headers}, "
-                f"{len(self.body)} bytes: {body!r}")
+        return (
+            f"{self.agent} agent, method {self.method}{self.path_query}, headers {headers}, "
+            f"{len(self.body)} bytes: {body!r}"
+        )
 
 
 # --- the id an answer must carry ---------------------------------------------------------------------
@@ -683,8 +850,10 @@ def foreign_url(body: bytes, allowed: tuple[str, ...]) -> bool:
 
 # --- whole requests -------------------------------------------------------------------------------
 
-def requests(method: str | None, pools: Pools, *, key: str, agents: tuple[str, ...] = ("keyed", "public"),
-             live: bool = False) -> st.SearchStrategy[HostileRequest]:
+
+def requests(
+    method: str | None, pools: Pools, *, key: str, agents: tuple[str, ...] = ("keyed", "public"), live: bool = False
+) -> st.SearchStrategy[HostileRequest]:
     """Requests for `method`, or with None ("envelope") for any method with the envelope, the
     body or the headers broken more often; for the keyed agent or the public one. `live`:
     every body is checked to name no URL but `pools.urls` (the live server resolves them)."""
@@ -698,8 +867,9 @@ def requests(method: str | None, pools: Pools, *, key: str, agents: tuple[str, .
                 params = draw(mutated(params))
         broken_envelope = method is None or draw(st.integers(0, 9)) == 0
         ascii_only = draw(st.integers(0, 3)) > 0
-        body = encode(draw(envelope(name, params, broken=broken_envelope)),
-                      ascii_only=ascii_only).encode("utf-8", "surrogatepass")
+        body = encode(draw(envelope(name, params, broken=broken_envelope)), ascii_only=ascii_only).encode(
+            "utf-8", "surrogatepass"
+        )
         if draw(st.integers(0, 99)) < (35 if method is None else 4):
             _, breaker = draw(BODY_BREAKERS)
             body = breaker(body)
@@ -721,8 +891,18 @@ def requests(method: str | None, pools: Pools, *, key: str, agents: tuple[str, .
             headers["A2A-Version"] = version
         path_query = ""
         if draw(st.integers(0, 99)) < 3:
-            path_query = draw(st.sampled_from(["?A2A-Version=1.0", "?A2A-Version=0.3", "?A2A-Version=%00",
-                                               "?A2A-Version=%FF%FE", "?x=1&x=2", "?%"]))
+            path_query = draw(
+                st.sampled_from(
+                    [
+                        "?A2A-Version=1.0",
+                        "?A2A-Version=0.3",
+                        "?A2A-Version=%00",
+                        "?A2A-Version=%FF%FE",
+                        "?x=1&x=2",
+                        "?%",
+                    ]
+                )
+            )
         agent = draw(st.sampled_from(agents))
         presented = draw(st.sampled_from(["valid"] * 17 + ["none", "empty", "junk", "shaped"]))
         if presented == "valid":
@@ -734,11 +914,14 @@ def requests(method: str | None, pools: Pools, *, key: str, agents: tuple[str, .
         elif presented == "shaped":
             headers["X-API-Key"] = b"ask_" + draw(HEADER_JUNK) + b"_" + draw(HEADER_JUNK)
         if draw(st.integers(0, 3)) == 0:
-            headers["A2A-Extensions"] = draw(HEADER_JUNK | st.sampled_from(
-                [b"urn:x:ext, ,,", b",", b"urn:a:b;q=1", b"\xff\xfe"]))
+            headers["A2A-Extensions"] = draw(
+                HEADER_JUNK | st.sampled_from([b"urn:x:ext, ,,", b",", b"urn:a:b;q=1", b"\xff\xfe"])
+            )
         if draw(st.integers(0, 3)) == 0 if name == "SubscribeToTask" else draw(st.integers(0, 49)) == 0:
-            headers["Last-Event-ID"] = draw(st.sampled_from(
-                [b"0", b"1", b"2", b"-1", b"99999999999999999999999", b"1.5", b"+1", b"0x1", b""]) | HEADER_JUNK)
+            headers["Last-Event-ID"] = draw(
+                st.sampled_from([b"0", b"1", b"2", b"-1", b"99999999999999999999999", b"1.5", b"+1", b"0x1", b""])
+                | HEADER_JUNK
+            )
         if draw(st.integers(0, 49)) == 0:
             headers["Accept"] = draw(st.sampled_from([b"text/event-stream", b"application/json", b"*/*"]) | HEADER_JUNK)
 
@@ -747,15 +930,23 @@ def requests(method: str | None, pools: Pools, *, key: str, agents: tuple[str, .
 
         expected, allowed = id_rule(body)
         return HostileRequest(
-            agent=agent, method=name, path_query=path_query, headers=headers, body=body,
-            expected_id=expected, allowed_ids=allowed, valid_key=presented == "valid",
-            key_presented=bool(headers.get("X-API-Key")), streams=name in STREAMING,
+            agent=agent,
+            method=name,
+            path_query=path_query,
+            headers=headers,
+            body=body,
+            expected_id=expected,
+            allowed_ids=allowed,
+            valid_key=presented == "valid",
+            key_presented=bool(headers.get("X-API-Key")),
+            streams=name in STREAMING,
         )
 
     return build()
 
 
 # --- what every answer must be --------------------------------------------------------------------
+
 
 class Broken(AssertionError):
     """An answer that breaks an invariant. The subclasses are raised from lines of their own,
@@ -802,14 +993,20 @@ def _check_response(obj: Any, request: HostileRequest, where: str, *, unread: bo
         raise NotJsonRpc(f"{where}: a response has exactly one of result and error: {obj!r:.300}")
     error = obj.get("error")
     if error is not None:
-        if not isinstance(error, dict) or type(error.get("code")) is not int or not isinstance(error.get("message"), str):
+        if (
+            not isinstance(error, dict)
+            or type(error.get("code")) is not int
+            or not isinstance(error.get("message"), str)
+        ):
             raise NotJsonRpc(f"{where}: a malformed error object: {error!r:.300}")
         if error["code"] == INTERNAL_ERROR:
             raise InternalError(f"{where}: -32603 for the caller's input: {error['message']!r:.300}")
     allowed_ids = (*request.allowed_ids, None) if unread else request.allowed_ids
     if not any(same_id(obj["id"], allowed) for allowed in allowed_ids):
-        raise WrongId(f"{where}: id {obj['id']!r:.80} where the request's id is {request.expected_id!r:.80} "
-                      f"(allowed: {request.allowed_ids!r:.160}); answer {obj!r:.300}")
+        raise WrongId(
+            f"{where}: id {obj['id']!r:.80} where the request's id is {request.expected_id!r:.80} "
+            f"(allowed: {request.allowed_ids!r:.160}); answer {obj!r:.300}"
+        )
     if error is not None and error["code"] not in ALLOWED_CODES:
         raise UnknownCode(f"{where}: error code {error['code']} is not one a caller's request may get: {error!r:.300}")
     return "result" if error is None else str(error["code"])
@@ -827,8 +1024,9 @@ def _sse_data(body: bytes, *, complete: bool) -> list[bytes]:
     return data
 
 
-def verdict(request: HostileRequest, status: int, content_type: str, body: bytes, *,
-            complete: bool = True) -> tuple[int, str]:
+def verdict(
+    request: HostileRequest, status: int, content_type: str, body: bytes, *, complete: bool = True
+) -> tuple[int, str]:
     """The answer's outcome, (HTTP status, "result", the JSON-RPC error code or "stream…");
     a Broken subclass when it breaks an invariant. `complete`: whether the whole body was read
     (a live stream may be cut off by the reader)."""

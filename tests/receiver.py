@@ -57,9 +57,9 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._changed:
-                    receiver.requests.append(Received(
-                        self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic()
-                    ))
+                    receiver.requests.append(
+                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
+                    )
                     answer = receiver.script.pop(0) if receiver.script else Answer()
                     receiver._changed.notify_all()
                 self.send_response(answer.status)
@@ -95,12 +95,14 @@ class Receiver:
             while not predicate(self.requests):
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"the receiver never saw what was expected; it got {len(self.requests)} "
-                                         f"requests: {[r.event_id for r in self.requests]}")
+                    raise AssertionError(
+                        f"the receiver never saw what was expected; it got {len(self.requests)} "
+                        f"requests: {[r.event_id for r in self.requests]}"
+                    )
                 self._changed.wait(left)
             return list(self.requests)
 
-    def start(self) -> "Receiver":
+    def start(self) -> Receiver:
         self._thread.start()
         return self
 

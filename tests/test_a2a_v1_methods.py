@@ -64,8 +64,14 @@ def test_an_ambiguous_request_asks_for_input_and_the_follow_up_continues_the_tas
     assert done["id"] == asked["id"]
     assert done["contextId"] == asked["contextId"]  # taken from the task: the follow-up named none
     assert done["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert [m["role"] for m in done["history"]] == ["ROLE_USER", "ROLE_AGENT", "ROLE_USER", "ROLE_AGENT",
-                                                   "ROLE_AGENT", "ROLE_AGENT"]
+    assert [m["role"] for m in done["history"]] == [
+        "ROLE_USER",
+        "ROLE_AGENT",
+        "ROLE_USER",
+        "ROLE_AGENT",
+        "ROLE_AGENT",
+        "ROLE_AGENT",
+    ]
     text = "".join(p["text"] for p in done["artifacts"][0]["parts"])
     assert text.startswith("The sea drifts slowly,")
 
@@ -103,7 +109,6 @@ def test_send_message_applies_history_length_to_the_task_it_returns(rpc, echo_ag
 
 def test_accepted_output_modes_reach_the_agent(rpc, tenant, alice_key):
     from tasks_app.models import Task
-
     from tests.conftest import make_agent
 
     make_agent(tenant, "echo", "echo")
@@ -129,6 +134,7 @@ def test_cancel_turns_a_waiting_task_into_canceled(rpc, writer_agent, alice_key)
 
 
 # --- ListTasks --------------------------------------------------------------------------------
+
 
 def _send_many(rpc, key, n, **fields):
     return [rpc.send(ECHO, f"m{i}", key=key, **fields).result["task"]["id"] for i in range(n)]
@@ -186,8 +192,9 @@ def test_get_task_of_another_caller_looks_like_a_missing_task(rpc, echo_agent, a
     assert follow_up.error["code"] == -32001
 
 
-def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_agent, alice_key, monkeypatch,
-                                                                       settings):
+def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(
+    rpc, echo_agent, alice_key, monkeypatch, settings
+):
     """Nobody runs the agent: the wait polls until its timeout, then answers with the task as it is."""
     from tasks_app import dispatch, selectors
 
@@ -196,7 +203,9 @@ def test_a_blocking_wait_polls_only_the_state_and_reads_the_task_once(rpc, echo_
     calls = {"state": 0, "view": 0}
     state, view = selectors.task_state, selectors.task_with_view
     monkeypatch.setattr(selectors, "task_state", lambda *a: calls.__setitem__("state", calls["state"] + 1) or state(*a))
-    monkeypatch.setattr(selectors, "task_with_view", lambda *a, **k: calls.__setitem__("view", calls["view"] + 1) or view(*a, **k))
+    monkeypatch.setattr(
+        selectors, "task_with_view", lambda *a, **k: calls.__setitem__("view", calls["view"] + 1) or view(*a, **k)
+    )
     task = rpc.send(ECHO, key=alice_key).result["task"]
     assert task["status"]["state"] == "TASK_STATE_SUBMITTED"
     assert calls["state"] >= 3 and calls["view"] == 1

@@ -26,11 +26,12 @@ def test_an_operator_browses_a_task_with_its_history_and_events(operator, rpc, w
 
 
 def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(operator, tenant, echo_agent, rpc):
-    response = operator.post("/admin/registry/apikey/add/", {"tenant": tenant.pk, "name": "from-admin",
-                                                             "principal": "dora"}, follow=True)
+    response = operator.post(
+        "/admin/registry/apikey/add/", {"tenant": tenant.pk, "name": "from-admin", "principal": "dora"}, follow=True
+    )
     assert response.status_code == 200
     shown = next(m.message for m in response.context["messages"] if "ask_" in m.message)
-    plaintext = shown[shown.index("ask_"):].strip()
+    plaintext = shown[shown.index("ask_") :].strip()
     stored = ApiKey.objects.get(name="from-admin")
     assert plaintext not in stored.key_hash and stored.principal == "dora"
     assert rpc("/agents/acme/echo/", "ListTasks", {}, key=plaintext).result["totalSize"] == 0

@@ -75,8 +75,9 @@ def test_the_create_api_key_command_prints_a_working_key(rpc, echo_agent, capsys
     assert ApiKey.objects.get(name="ci").principal == "carol"
 
 
-def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(rpc, echo_agent, alice_key, settings,
-                                                                          django_assert_num_queries):
+def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(
+    rpc, echo_agent, alice_key, settings, django_assert_num_queries
+):
     from django.utils import timezone
 
     from registry.selectors import caches_clear
@@ -109,7 +110,8 @@ def test_an_unknown_path_under_agents_is_404_in_json(client, db):
 
 
 def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_a_page(
-        rpc, echo_agent, alice_key, monkeypatch):
+    rpc, echo_agent, alice_key, monkeypatch
+):
     from django.db import OperationalError
 
     from protocols import endpoint
@@ -121,5 +123,8 @@ def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_
     monkeypatch.setattr(endpoint, "caller_cached", lambda **kwargs: None)
     response = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
     assert response.status == 503 and response.headers["Retry-After"] == "5"
-    assert response.body == {"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32603, "message": "the task store is unavailable; try again in 5 s"}}
+    assert response.body == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": -32603, "message": "the task store is unavailable; try again in 5 s"},
+    }

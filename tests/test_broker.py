@@ -23,7 +23,8 @@ def test_a_consumed_message_leaves_no_unacked_copy_in_redis():
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     client.delete("unacked", "unacked_index", "agentserver-test-broker")
     with Connection(
-        settings.CELERY_BROKER_URL, transport=settings.CELERY_BROKER_TRANSPORT,
+        settings.CELERY_BROKER_URL,
+        transport=settings.CELERY_BROKER_TRANSPORT,
         transport_options=settings.CELERY_BROKER_TRANSPORT_OPTIONS,
     ) as connection:
         queue = connection.SimpleQueue("agentserver-test-broker")
@@ -44,8 +45,11 @@ def test_a_run_is_published_to_the_queue_list_the_workers_pop_without_declaring_
 
     put, declared = [], []
     original_put = broker.Channel._put
-    monkeypatch.setattr(broker.Channel, "_put", lambda self, queue, message, **kw: (
-        put.append((queue, message)), original_put(self, queue, message, **kw))[1])
+    monkeypatch.setattr(
+        broker.Channel,
+        "_put",
+        lambda self, queue, message, **kw: (put.append((queue, message)), original_put(self, queue, message, **kw))[1],
+    )
     monkeypatch.setattr(broker.Channel, "queue_declare", lambda self, *a, **kw: declared.append(a))
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     try:

@@ -49,8 +49,10 @@ def stack(request):
 def assert_whole(stack: Stack, report: Report, *, recovery_within: float, served_within: float) -> None:
     found = report.violations(recovery_within=recovery_within, served_within=served_within)
     details = "\n".join(f"--- {name}\n" + "\n...\n".join(excerpts) for name, excerpts in report.tracebacks.items())
-    assert not found, (f"{FAULTS[report.fault][0]}:\n- " + "\n- ".join(found) + f"\n\n{table([report])}\n"
-                       f"The servers' logs will be in {kept_logs(stack)}\n{details}")
+    assert not found, (
+        f"{FAULTS[report.fault][0]}:\n- " + "\n- ".join(found) + f"\n\n{table([report])}\n"
+        f"The servers' logs will be in {kept_logs(stack)}\n{details}"
+    )
 
 
 def test_killing_the_worker_children_mid_run_loses_no_task_and_service_returns_within_2_seconds(stack):

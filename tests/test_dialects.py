@@ -19,9 +19,18 @@ TEST = {"A2A-Version": "test"}
 
 async def _send(call: exchange.Call, params: dict[str, Any]) -> dict[str, Any]:
     message = NewMessage(message_id=params["id"], role="user", parts=[{"type": "text", "text": params["text"]}])
-    answer = await exchange.send(call, exchange.Send(message=message, dialect=Dialect.A2A_0_1, accepted=[],
-                                                     history_length=None, return_immediately=False, metadata={},
-                                                     push=None))
+    answer = await exchange.send(
+        call,
+        exchange.Send(
+            message=message,
+            dialect=Dialect.A2A_0_1,
+            accepted=[],
+            history_length=None,
+            return_immediately=False,
+            metadata={},
+            push=None,
+        ),
+    )
     return {"taskId": answer.task.id, "state": answer.task.state}
 
 
@@ -32,15 +41,21 @@ async def _peek(call: exchange.Call, params: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def test_dialect(monkeypatch):
-    dialect = WireDialect(name=Dialect.A2A_0_1, label="test", versions=frozenset({"test"}),
-                          methods={"send": _send, "peek": _peek},
-                          encode_event=lambda *event: {"event": list(event)}, card=lambda agent, *, base_url: {})
+    dialect = WireDialect(
+        name=Dialect.A2A_0_1,
+        label="test",
+        versions=frozenset({"test"}),
+        methods={"send": _send, "peek": _peek},
+        encode_event=lambda *event: {"event": list(event)},
+        card=lambda agent, *, base_url: {},
+    )
     monkeypatch.setattr(dialects, "DIALECTS", [*dialects.DIALECTS, dialect])
     return dialect
 
 
 def test_a_dialect_added_to_the_registry_answers_its_own_requests_through_the_shared_exchange(
-        rpc, echo_agent, alice_key, test_dialect):
+    rpc, echo_agent, alice_key, test_dialect
+):
     sent = rpc(ECHO, "send", {"id": "m-1", "text": "hello"}, key=alice_key, headers=TEST).result
     assert sent["state"] == "completed"
     # The task it made is the store's like any other: the 1.0 dialect reads it, and it reads 1.0's.
@@ -49,7 +64,9 @@ def test_a_dialect_added_to_the_registry_answers_its_own_requests_through_the_sh
     assert read["artifacts"][0]["parts"] == [{"text": "echo: hello"}]
     v1_task = rpc.send(ECHO, "from 1.0", key=alice_key).result["task"]
     assert rpc(ECHO, "peek", {"taskId": v1_task["id"]}, key=alice_key, headers=TEST).result == {
-        "state": "completed", "dialect": "a2a/1.0"}
+        "state": "completed",
+        "dialect": "a2a/1.0",
+    }
     assert rpc(ECHO, "peek", {"taskId": sent["taskId"]}, key=alice_key, headers=TEST).result["dialect"] == "a2a/0.1"
 
 

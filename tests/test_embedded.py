@@ -40,11 +40,16 @@ print(json.dumps({"sent": sent, "fetched": fetched}))
 
 def test_the_embedded_mode_answers_a_blocking_send_message_and_get_task(tmp_path):
     env = {
-        **os.environ, "AGENTSERVER_EMBEDDED": "1", "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
-        "DJANGO_SETTINGS_MODULE": "agentserver.settings", "DB_THREADS": "0", "LOG_LEVEL": "WARNING",
+        **os.environ,
+        "AGENTSERVER_EMBEDDED": "1",
+        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "DB_THREADS": "0",
+        "LOG_LEVEL": "WARNING",
     }
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     sent, fetched = result["sent"], result["fetched"]

@@ -30,6 +30,7 @@ def _complete_later(task_id, delay):
     async def later():
         await asyncio.sleep(delay)
         await sync_to_async(services.task_transition)(task_id=task_id, state=TaskState.COMPLETED)
+
     return later()
 
 
@@ -38,8 +39,9 @@ def test_a_waiter_wakes_on_the_hint_well_before_the_fallback_poll(waiting_task, 
 
     async def scenario():
         started = time.monotonic()
-        _, state = await asyncio.gather(_complete_later(waiting_task.pk, 0.2),
-                                        wait_until_settled(waiting_task.pk, timeout=10))
+        _, state = await asyncio.gather(
+            _complete_later(waiting_task.pk, 0.2), wait_until_settled(waiting_task.pk, timeout=10)
+        )
         return state, time.monotonic() - started
 
     state, elapsed = run(scenario())
@@ -52,8 +54,9 @@ def test_a_lost_hint_costs_at_most_one_poll_interval(waiting_task, settings, mon
 
     async def scenario():
         started = time.monotonic()
-        _, state = await asyncio.gather(_complete_later(waiting_task.pk, 0.1),
-                                        wait_until_settled(waiting_task.pk, timeout=10))
+        _, state = await asyncio.gather(
+            _complete_later(waiting_task.pk, 0.1), wait_until_settled(waiting_task.pk, timeout=10)
+        )
         return state, time.monotonic() - started
 
     state, elapsed = run(scenario())
@@ -77,9 +80,11 @@ def test_a_wait_gives_up_at_its_timeout_with_the_current_state(waiting_task):
     assert run(wait_until_settled(waiting_task.pk, timeout=0.3)) == TaskState.SUBMITTED
 
 
-def test_hints_that_cannot_settle_the_task_spare_the_database(waiting_task, monkeypatch):
+def test_hints_that_cannot_settle_the_task_spare_the_database(waiting_task, monkeypatch, settings):
     """A hint naming a non-settling state (a chunk, "working") does not cost a read."""
     from tasks_app import selectors
+
+    settings.HINT_FALLBACK_POLL = 30  # no poll on a slow machine: only the hints may cause reads
 
     reads = []
     real = selectors.task_state
@@ -95,7 +100,7 @@ def test_hints_that_cannot_settle_the_task_spare_the_database(waiting_task, monk
         return await waiter
 
     assert run(scenario()) == TaskState.COMPLETED
-    assert 2 <= len(reads) <= 3, reads  # the first read, the one after "completed", maybe one poll
+    assert 1 <= len(reads) <= 2, reads  # the first read, and at most one after "completed"; none per "working"
 
 
 def test_a_hint_that_came_before_the_wait_still_tells_its_state():
@@ -112,10 +117,12 @@ def test_a_hint_that_came_before_the_wait_still_tells_its_state():
 
 def _waiting_with_one_hint(task_id, state, **kwargs):
     """A blocking wait that hears one hint announcing `state`; the task itself is untouched."""
+
     async def scenario():
         async with hints.watch(str(task_id)) as watch:
-            waiter = asyncio.ensure_future(wait_until_settled(
-                task_id, timeout=0.6, watch=watch, read_first=False, **kwargs))
+            waiter = asyncio.ensure_future(
+                wait_until_settled(task_id, timeout=0.6, watch=watch, read_first=False, **kwargs)
+            )
             await asyncio.sleep(0.05)
             hints.publish(str(task_id), state)
             return await waiter
@@ -140,8 +147,10 @@ def test_a_hint_in_a_form_this_process_does_not_know_costs_a_read(waiting_task, 
 def test_a_follow_up_does_not_take_a_settling_hint_of_the_run_before_it_for_its_answer(waiting_task):
     # The task is "submitted" again; a late "input-required" hint of the previous run arrives.
     assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED) == TaskState.INPUT_REQUIRED
-    assert _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED,
-                                  trust_settling_hints=False) == TaskState.SUBMITTED
+    assert (
+        _waiting_with_one_hint(waiting_task.pk, TaskState.INPUT_REQUIRED, trust_settling_hints=False)
+        == TaskState.SUBMITTED
+    )
 
 
 def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo_agent, monkeypatch, settings):
@@ -179,7 +188,9 @@ def subscriber(settings):
 def _hints_heard(pubsub) -> list[tuple[str, str]]:
     heard = []
     while (message := pubsub.get_message(timeout=0.5)) is not None:
-        heard.append((message["channel"].decode()[len(hints.CHANNEL_PREFIX):], message["data"].decode().partition("|")[0]))
+        heard.append(
+            (message["channel"].decode()[len(hints.CHANNEL_PREFIX) :], message["data"].decode().partition("|")[0])
+        )
     return heard
 
 

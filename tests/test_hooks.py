@@ -40,7 +40,9 @@ def test_a_committed_change_is_announced_with_its_state_and_push_flag(echo_agent
     task = receive(echo_agent)
     services.task_transition(task_id=task.pk, state="working")
     assert [(c.task_id, c.state, c.has_push_configs) for c in heard] == [
-        (str(task.pk), "submitted", False), (str(task.pk), "working", False)]
+        (str(task.pk), "submitted", False),
+        (str(task.pk), "working", False),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

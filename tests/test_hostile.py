@@ -27,15 +27,17 @@ import os
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 from asgiref.sync import async_to_sync
-from hypothesis import HealthCheck, given, note, settings, strategies as st
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 from tests import hostile
 from tests.conftest import make_agent, user_message
@@ -56,14 +58,21 @@ def case_id(method: str | None) -> str:
 
 def hostile_settings(examples: int) -> settings:
     return settings(
-        max_examples=EXAMPLES or examples, deadline=None, print_blob=True,
-        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                               HealthCheck.filter_too_much, HealthCheck.data_too_large,
-                               HealthCheck.large_base_example],
+        max_examples=EXAMPLES or examples,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=[
+            HealthCheck.function_scoped_fixture,
+            HealthCheck.too_slow,
+            HealthCheck.filter_too_much,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+        ],
     )
 
 
 # --- counting ------------------------------------------------------------------------------
+
 
 @dataclass
 class Tally:
@@ -77,19 +86,27 @@ class Tally:
     def write(self, path: str) -> None:
         total = sum(self.outcomes.values())
         lines = [
-            "# Hostile requests", "",
+            "# Hostile requests",
+            "",
             f"Profile: {'long' if LONG else 'default'}"
             f"{f', {EXAMPLES} examples per case' if EXAMPLES else ''}; {total} requests in "
-            f"{time.monotonic() - self.started:.0f} s; finished {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.",
-            "", "| test | requests | seconds |", "|---|--:|--:|",
+            f"{time.monotonic() - self.started:.0f} s; "
+            f"finished {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}.",
+            "",
+            "| test | requests | seconds |",
+            "|---|--:|--:|",
             *(f"| {name} | {n} | {seconds:.1f} |" for name, n, seconds in self.tests),
-            "", "| HTTP | JSON-RPC | requests |", "|--:|---|--:|",
+            "",
+            "| HTTP | JSON-RPC | requests |",
+            "|--:|---|--:|",
             *(f"| {status} | {code} | {n} |" for (status, code), n in sorted(self.outcomes.items())),
         ]
         if self.broken:
             lines += ["", "## Broken answers", "", "| kind | requests | first |", "|---|--:|---|"]
-            lines += [f"| {kind} | {n} | {first[:600].replace('|', '¦').replace(chr(10), ' ')} |"
-                      for kind, (n, first) in sorted(self.broken.items())]
+            lines += [
+                f"| {kind} | {n} | {first[:600].replace('|', '¦').replace(chr(10), ' ')} |"
+                for kind, (n, first) in sorted(self.broken.items())
+            ]
         Path(path).write_text("\n".join(lines) + "\n")
 
 
@@ -109,8 +126,9 @@ class Run:
         self.tally, self.name, self.requests, self.started = tally, name, 0, time.monotonic()
         self.broken: dict[str, list] = {}
 
-    def judge(self, request: HostileRequest, status: int, content_type: str, body: bytes,
-              complete: bool = True) -> None:
+    def judge(
+        self, request: HostileRequest, status: int, content_type: str, body: bytes, complete: bool = True
+    ) -> None:
         self.requests += 1
         note(f"request: {request.describe()}")
         note(f"answer: HTTP {status} {content_type!r} {body[:600]!r}")
@@ -129,7 +147,8 @@ class Run:
     def finish(self) -> None:
         self.tally.tests.append((self.name, self.requests, time.monotonic() - self.started))
         assert not self.broken, "hostile requests got broken answers:\n" + "\n".join(
-            f"- {kind} ×{n}: {first[:1500]}" for kind, (n, first) in self.broken.items())
+            f"- {kind} ×{n}: {first[:1500]}" for kind, (n, first) in self.broken.items()
+        )
 
 
 def separate_database_key(attempt, name: str) -> None:
@@ -139,6 +158,7 @@ def separate_database_key(attempt, name: str) -> None:
 
 
 # --- the world before the run -------------------------------------------------------------------
+
 
 @pytest.fixture
 def world(tenant):
@@ -201,11 +221,13 @@ def every_page(send: Send, path: str, params: dict, key: str | None, limit: int 
 
 # --- in-process ------------------------------------------------------------------------------------
 
+
 def in_process(client) -> Send:
     def send(path, method, params, key):
         body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
         headers = {"A2A-Version": "1.0", **({"X-API-Key": key} if key else {})}
         return client.post(path, data=body, content_type="application/json", headers=headers).json()
+
     return send
 
 
@@ -215,7 +237,8 @@ def environ_of(request: HostileRequest) -> dict[str, Any]:
     from django.test.client import FakePayload
 
     environ: dict[str, Any] = {
-        "PATH_INFO": PATHS[request.agent], "REQUEST_METHOD": "POST",
+        "PATH_INFO": PATHS[request.agent],
+        "REQUEST_METHOD": "POST",
         "QUERY_STRING": request.path_query.removeprefix("?"),
     }
     if request.body:
@@ -252,7 +275,8 @@ def test_no_hostile_request_is_an_internal_error_in_process(client, world, tally
     still_readable(send, key, tasks)
     logged = [r for r in caplog.records if r.exc_info]
     assert not logged, "the server logged tracebacks during the run:\n" + "\n".join(
-        f"{r.name}: {r.getMessage()[:300]}" for r in logged[:10])
+        f"{r.name}: {r.getMessage()[:300]}" for r in logged[:10]
+    )
 
 
 # --- across daphne ------------------------------------------------------------------------------
@@ -265,6 +289,7 @@ def over_http(base: str) -> Send:
         headers = {"A2A-Version": "1.0", **({"X-API-Key": key} if key else {})}
         body = {"jsonrpc": "2.0", "id": str(uuid.uuid4()), "method": method, "params": params}
         return httpx.post(f"{base}{path}", json=body, headers=headers, timeout=30).json()
+
     return send
 
 
@@ -307,6 +332,7 @@ def test_no_hostile_request_is_an_internal_error_across_daphne(live, world, tall
     turn = iter(range(10**9))
 
     with httpx.Client(timeout=httpx.Timeout(30, read=10)) as http:
+
         @hostile_settings(25)
         @given(request=hostile.requests(method, pools, key=key, live=True))
         def attempt(request: HostileRequest) -> None:
@@ -335,6 +361,7 @@ def test_no_hostile_request_is_an_internal_error_across_daphne(live, world, tall
 
 # --- the tools themselves -----------------------------------------------------------------------------
 
+
 def test_an_id_is_usable_only_if_the_server_can_echo_it_exactly():
     rule = hostile.id_rule
     assert rule(b'{"id": "a", "method": "x"}') == ("a", ("a",))
@@ -342,8 +369,19 @@ def test_an_id_is_usable_only_if_the_server_can_echo_it_exactly():
     assert rule(b'{"x": ' + b"[" * 5000 + b"]" * 5000 + b', "id": 7}') == (7, (7,))  # any depth is read
     assert rule(b'{"id": 1, "params": {"n": 1e400}}') == (1, (1,))  # JSON, though no store holds it
     assert rule(b'{"id": 18446744073709551615}')[0] == 2**64 - 1
-    for body in (b'{"method": "x"}', b'{"id": null}', b"[1]", b"{", b'{"id": 1} x', b'{"id": true}', b'{"id": {}}',
-                 b'{"id": NaN}', b'{"id": 1e400}', b'\xff{"id": 1}', b""):
+    for body in (
+        b'{"method": "x"}',
+        b'{"id": null}',
+        b"[1]",
+        b"{",
+        b'{"id": 1} x',
+        b'{"id": true}',
+        b'{"id": {}}',
+        b'{"id": NaN}',
+        b'{"id": 1e400}',
+        b'\xff{"id": 1}',
+        b"",
+    ):
         assert rule(body) == (None, (None,)), body
     assert rule(b'{"id": 1, "id": 2}') == (None, (None, 1, 2))
     assert rule(b'{"id": "\\u0000"}') == (None, (None, "\x00"))
@@ -354,13 +392,26 @@ def test_an_id_is_usable_only_if_the_server_can_echo_it_exactly():
 def test_no_live_body_can_name_a_host_outside_the_loopback_literals():
     allowed = hostile.LIVE_URLS
     assert not hostile.foreign_url(orjson.dumps({"url": allowed[1], "path": "text/plain"}), allowed)
-    for url in ("http://example.com/", "https://10.0.0.1/", "//evil", "http:/\\/x", "http:\\/\\/x", "h:/\\t/x",
-                "http:\\u002f\\u002Fx", allowed[0] + "@evil.test", "x" + allowed[0]):
+    for url in (
+        "http://example.com/",
+        "https://10.0.0.1/",
+        "//evil",
+        "http:/\\/x",
+        "http:\\/\\/x",
+        "h:/\\t/x",
+        "http:\\u002f\\u002Fx",
+        allowed[0] + "@evil.test",
+        "x" + allowed[0],
+    ):
         assert hostile.foreign_url(b'{"url": "' + url.encode() + b'"}', allowed), url
 
 
-@settings(max_examples=150, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+@settings(
+    max_examples=150,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
 @given(data=st.data(), method=st.sampled_from(CASES))
 def test_live_requests_follow_the_schema_and_the_network_rules(data, method):
     pools = Pools(task_ids=[str(uuid.uuid4())], context_ids=["c"])

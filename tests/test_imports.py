@@ -67,7 +67,7 @@ def _reachable(module: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("layer", LAYERS[:-1])
 def test_no_module_imports_a_layer_above_its_own(layer):
-    above = tuple(LAYERS[LAYERS.index(layer) + 1:])
+    above = tuple(LAYERS[LAYERS.index(layer) + 1 :])
     upward = [
         chain
         for module in sorted(_modules())

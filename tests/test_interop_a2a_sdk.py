@@ -16,18 +16,34 @@ from contextlib import asynccontextmanager
 import httpx
 import orjson
 import pytest
-from google.protobuf.json_format import ParseDict, ParseError
-
 from a2a.client import (
-    A2ACardResolver, A2AClientError, AuthInterceptor, Client, ClientCallContext, ClientConfig, ClientFactory,
+    A2ACardResolver,
+    A2AClientError,
+    AuthInterceptor,
+    Client,
+    ClientCallContext,
+    ClientConfig,
+    ClientFactory,
     InMemoryContextCredentialStore,
 )
 from a2a.helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types import (
-    AgentCard, CancelTaskRequest, GetTaskRequest, ListTasksRequest, ListTasksResponse, Role, SendMessageRequest,
-    SendMessageResponse, SubscribeToTaskRequest, Task, TaskNotCancelableError, TaskNotFoundError, TaskState,
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    ListTasksRequest,
+    ListTasksResponse,
+    Role,
+    SendMessageRequest,
+    SendMessageResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskNotCancelableError,
+    TaskNotFoundError,
+    TaskState,
 )
 from a2a.utils.constants import PROTOCOL_VERSION_1_0, VERSION_HEADER
+from google.protobuf.json_format import ParseDict, ParseError
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -36,12 +52,16 @@ CANCELED = TaskState.TASK_STATE_CANCELED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 AMBIGUOUS_REQUEST = "Please write something for me."
 STRICT_TYPES = {
-    "card": AgentCard, "SendMessage": SendMessageResponse, "GetTask": Task, "ListTasks": ListTasksResponse,
+    "card": AgentCard,
+    "SendMessage": SendMessageResponse,
+    "GetTask": Task,
+    "ListTasks": ListTasksResponse,
     "CancelTask": Task,
 }
 
 
 # --- the SDK side ------------------------------------------------------------------------
+
 
 def agent_url(live, slug: str) -> str:
     return f"{live.url}/agents/acme/{slug}/"
@@ -49,7 +69,12 @@ def agent_url(live, slug: str) -> str:
 
 @asynccontextmanager
 async def sdk_client(
-    live, slug: str, key: str | None, *, interceptors: list | None = None, streaming: bool = False,
+    live,
+    slug: str,
+    key: str | None,
+    *,
+    interceptors: list | None = None,
+    streaming: bool = False,
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
     """An SDK client for one agent: API key and A2A-Version as default headers of our httpx client."""
     headers = {VERSION_HEADER: PROTOCOL_VERSION_1_0}
@@ -88,7 +113,11 @@ def _strict_parser(problems: list[str]):
 
 
 async def send(
-    client: Client, text: str, *, task_id: str | None = None, context: ClientCallContext | None = None,
+    client: Client,
+    text: str,
+    *,
+    task_id: str | None = None,
+    context: ClientCallContext | None = None,
 ) -> Task:
     """A blocking SendMessage through the SDK; the server must answer with a task."""
     message = new_text_message(text, role=Role.ROLE_USER, task_id=task_id)
@@ -111,6 +140,7 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
 
 # --- scenarios ---------------------------------------------------------------------------
 
+
 def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, echo_agent, alice_key):
     async def scenario():
         async with sdk_client(live, "echo", alice_key) as (_, card):
@@ -126,7 +156,9 @@ def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, ec
 
 
 def test_a_blocking_send_to_echo_completes_with_its_artifact_and_get_task_returns_the_same_task(
-    live, echo_agent, alice_key,
+    live,
+    echo_agent,
+    alice_key,
 ):
     async def scenario():
         async with sdk_client(live, "echo", alice_key) as (client, _):
@@ -192,7 +224,9 @@ def test_cancel_task_cancels_a_task_that_waits_for_input(live, writer_agent, ali
 
 
 def test_a_follow_up_with_only_the_task_id_continues_an_input_required_task_to_completion(
-    live, writer_agent, alice_key,
+    live,
+    writer_agent,
+    alice_key,
 ):
     async def scenario():
         async with sdk_client(live, "writer", alice_key) as (client, _):
@@ -246,8 +280,12 @@ def test_the_sdks_streaming_send_and_subscribe_see_the_writers_events_in_order(l
             assert [(c.append, c.last_chunk) for c in chunks] == [(False, False), (True, False), (True, True)]
             task_id = events[0].task.id
 
-            waiting = [e async for e in client.send_message(
-                SendMessageRequest(message=new_text_message("write", role=Role.ROLE_USER)))]
+            waiting = [
+                e
+                async for e in client.send_message(
+                    SendMessageRequest(message=new_text_message("write", role=Role.ROLE_USER))
+                )
+            ]
             assert waiting[-1].status_update.status.state == INPUT_REQUIRED
             subscribed = client.subscribe(SubscribeToTaskRequest(id=waiting[0].task.id))
             first = await anext(subscribed)

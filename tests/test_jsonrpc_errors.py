@@ -27,6 +27,7 @@ def assert_envelope_error(response, code: int) -> dict:
 
 # --- A2A errors -32001..-32009 ------------------------------------------------------------
 
+
 def test_get_of_an_unknown_task_is_task_not_found(rpc, echo_agent, alice_key):
     response = rpc("/agents/acme/echo/", "GetTask", {"id": "00000000-0000-0000-0000-000000000000"}, key=alice_key)
     assert_a2a_error(response, -32001, "TASK_NOT_FOUND")
@@ -45,21 +46,30 @@ def test_cancel_of_a_completed_task_is_task_not_cancelable(rpc, echo_agent, alic
     assert_a2a_error(response, -32002, "TASK_NOT_CANCELABLE")
 
 
-@pytest.mark.parametrize("method", [
-    "CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig",
-    "ListTaskPushNotificationConfigs", "DeleteTaskPushNotificationConfig",
-])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "CreateTaskPushNotificationConfig",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "DeleteTaskPushNotificationConfig",
+    ],
+)
 def test_push_methods_are_not_supported_while_push_is_off(rpc, tenant, alice_key, method):
     make_agent(tenant, "quiet", "echo", push_notifications=False)
-    response = rpc("/agents/acme/quiet/", method, {"taskId": "x", "id": "y", "url": "https://example.com"},
-                   key=alice_key)
+    response = rpc(
+        "/agents/acme/quiet/", method, {"taskId": "x", "id": "y", "url": "https://example.com"}, key=alice_key
+    )
     assert_a2a_error(response, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
 
 
 def test_an_inline_push_config_is_not_supported_while_push_is_off(rpc, tenant, alice_key):
     make_agent(tenant, "quiet", "echo", push_notifications=False)
-    response = rpc.send("/agents/acme/quiet/", key=alice_key,
-                        configuration={"taskPushNotificationConfig": {"url": "https://example.com/hook"}})
+    response = rpc.send(
+        "/agents/acme/quiet/",
+        key=alice_key,
+        configuration={"taskPushNotificationConfig": {"url": "https://example.com/hook"}},
+    )
     assert_a2a_error(response, -32003, "PUSH_NOTIFICATION_NOT_SUPPORTED")
 
 
@@ -176,8 +186,12 @@ def test_an_unknown_version_is_version_not_supported(rpc, echo_agent, alice_key)
 
 
 def test_a_missing_version_means_0_3_which_is_not_served_yet(echo_agent, alice_key, client):
-    response = client.post("/agents/acme/echo/", data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}',
-                           content_type="application/json", headers={"X-API-Key": alice_key})
+    response = client.post(
+        "/agents/acme/echo/",
+        data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}',
+        content_type="application/json",
+        headers={"X-API-Key": alice_key},
+    )
     error = response.json()["error"]
     assert error["code"] == -32009 and error["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
     assert "0.3" in error["message"]
@@ -190,12 +204,17 @@ def test_an_empty_version_header_counts_as_missing(rpc, echo_agent, alice_key):
 
 
 def test_the_version_may_also_come_as_a_query_parameter(rpc, echo_agent, alice_key, client):
-    response = client.post("/agents/acme/echo/?A2A-Version=1.0", data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask",'
-                           b'"params":{"id":"x"}}', content_type="application/json", headers={"X-API-Key": alice_key})
+    response = client.post(
+        "/agents/acme/echo/?A2A-Version=1.0",
+        data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}',
+        content_type="application/json",
+        headers={"X-API-Key": alice_key},
+    )
     assert response.json()["error"]["code"] == -32001
 
 
 # --- envelope faults ------------------------------------------------------------------------
+
 
 def test_a_body_that_is_not_json_is_a_parse_error(rpc, echo_agent, alice_key):
     response = rpc.raw("/agents/acme/echo/", b'{"jsonrpc": "2.0", ', key=alice_key)
@@ -203,14 +222,17 @@ def test_a_body_that_is_not_json_is_a_parse_error(rpc, echo_agent, alice_key):
     assert response.body["id"] is None
 
 
-@pytest.mark.parametrize("body", [
-    b'{"id": 1, "method": "GetTask"}',
-    b'{"jsonrpc": "1.0", "id": 1, "method": "GetTask"}',
-    b'{"jsonrpc": "2.0", "id": 1}',
-    b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}',
-    b'[{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}]',
-    b'"just a string"',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id": 1, "method": "GetTask"}',
+        b'{"jsonrpc": "1.0", "id": 1, "method": "GetTask"}',
+        b'{"jsonrpc": "2.0", "id": 1}',
+        b'{"jsonrpc": "2.0", "id": {"x": 1}, "method": "GetTask"}',
+        b'[{"jsonrpc": "2.0", "id": 1, "method": "GetTask"}]',
+        b'"just a string"',
+    ],
+)
 def test_a_malformed_request_is_an_invalid_request(rpc, echo_agent, alice_key, body):
     assert_envelope_error(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600)
 
@@ -221,19 +243,22 @@ def test_an_unknown_method_is_method_not_found(rpc, echo_agent, alice_key):
     assert response.body["id"] == "abc"
 
 
-@pytest.mark.parametrize("params", [
-    {},
-    {"message": "hello"},
-    {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}]}},
-    {"message": {"messageId": "m", "role": "ROLE_BOSS", "parts": [{"text": "x"}]}},
-    {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}},
-    {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x", "url": "y"}]}},
-    {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"raw": "not base64!"}]}},
-    {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}},
-    {"message": user_message(), "configuration": {"historyLength": -1}},
-    {"message": user_message(), "configuration": {"returnImmediately": "yes"}},
-    {"message": user_message(), "configuration": []},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"message": "hello"},
+        {"message": {"role": "ROLE_USER", "parts": [{"text": "x"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_BOSS", "parts": [{"text": "x"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": []}},
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "x", "url": "y"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"raw": "not base64!"}]}},
+        {"message": {"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}},
+        {"message": user_message(), "configuration": {"historyLength": -1}},
+        {"message": user_message(), "configuration": {"returnImmediately": "yes"}},
+        {"message": user_message(), "configuration": []},
+    ],
+)
 def test_bad_send_params_are_invalid_params_and_store_nothing(rpc, echo_agent, alice_key, params):
     from tasks_app.models import Task
 
@@ -242,8 +267,16 @@ def test_bad_send_params_are_invalid_params_and_store_nothing(rpc, echo_agent, a
     assert Task.objects.count() == 0
 
 
-@pytest.mark.parametrize("params", [{"pageSize": 0}, {"pageSize": 101}, {"pageToken": "garbage!"},
-                                    {"status": "TASK_STATE_BORED"}, {"statusTimestampAfter": "yesterday"}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"pageSize": 0},
+        {"pageSize": 101},
+        {"pageToken": "garbage!"},
+        {"status": "TASK_STATE_BORED"},
+        {"statusTimestampAfter": "yesterday"},
+    ],
+)
 def test_bad_list_params_are_invalid_params(rpc, echo_agent, alice_key, params):
     assert_envelope_error(rpc("/agents/acme/echo/", "ListTasks", params, key=alice_key), -32602)
 
@@ -254,7 +287,8 @@ def test_a_params_value_that_is_not_an_object_is_invalid_params(rpc, echo_agent,
 
 
 def test_an_unexpected_failure_is_an_internal_error_with_the_id_and_its_traceback_is_logged(
-        rpc, echo_agent, alice_key, monkeypatch, caplog):
+    rpc, echo_agent, alice_key, monkeypatch, caplog
+):
     # The safety net: only a bug reaches it (tests/test_hostile.py shows no input does).
     from protocols.dialects.a2a_v1 import methods
 
@@ -271,8 +305,7 @@ def test_an_unexpected_failure_is_an_internal_error_with_the_id_and_its_tracebac
     assert logged.exc_info[0] is RuntimeError
 
 
-def test_a_store_outage_during_a_method_is_a_503_with_retry_after_and_the_id(rpc, echo_agent, alice_key,
-                                                                            monkeypatch):
+def test_a_store_outage_during_a_method_is_a_503_with_retry_after_and_the_id(rpc, echo_agent, alice_key, monkeypatch):
     from django.db import OperationalError
 
     from protocols.dialects.a2a_v1 import methods
@@ -283,11 +316,15 @@ def test_a_store_outage_during_a_method_is_a_503_with_retry_after_and_the_id(rpc
     monkeypatch.setitem(methods.METHODS, "GetTask", outage)
     response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key, request_id="r")
     assert response.status == 503 and response.headers["Retry-After"] == "5"
-    assert response.body == {"jsonrpc": "2.0", "id": "r", "error": {
-        "code": -32603, "message": "the task store is unavailable; try again in 5 s"}}
+    assert response.body == {
+        "jsonrpc": "2.0",
+        "id": "r",
+        "error": {"code": -32603, "message": "the task store is unavailable; try again in 5 s"},
+    }
 
 
 # --- hostile input: each class with its exact answer (tests/test_hostile.py tries them all) ---
+
 
 def send_body(params: dict, request_id=7) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "SendMessage", "params": params})
@@ -313,86 +350,147 @@ def test_nesting_past_the_limit_in_a_data_part_is_refused_and_nothing_is_stored(
     message["parts"] = [{"data": deep(64 - 5)}]
     assert rpc.send("/agents/acme/echo/", key=alice_key, parts=message["parts"]).status == 200
     stored = Task.objects.count()
-    response = rpc.raw("/agents/acme/echo/", send_body({"message": {**message, "parts": [{"data": deep(64 - 4)}]}}),
-                       key=alice_key)
-    assert_refused(response, -32602, "params.message.parts[0].data[0][0][0]… (64 levels down) nests deeper "
-                                     "than 64 levels of arrays and objects")
+    response = rpc.raw(
+        "/agents/acme/echo/", send_body({"message": {**message, "parts": [{"data": deep(64 - 4)}]}}), key=alice_key
+    )
+    assert_refused(
+        response,
+        -32602,
+        "params.message.parts[0].data[0][0][0]… (64 levels down) nests deeper than 64 levels of arrays and objects",
+    )
     assert Task.objects.count() == stored
 
 
 def test_nesting_past_the_limit_in_the_envelope_is_an_invalid_request_with_the_id(rpc, echo_agent, alice_key):
     body = orjson.dumps({"jsonrpc": "2.0", "id": "e", "method": "GetTask", "params": {"id": "x"}, "x-ext": deep(64)})
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600,
-                   "['x-ext'][0][0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels of arrays and objects",
-                   "e")
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32600,
+        "['x-ext'][0][0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels of arrays and objects",
+        "e",
+    )
 
 
 def test_nesting_deeper_than_any_parser_goes_is_refused_where_it_passes_the_limit_with_the_id(
-        rpc, echo_agent, alice_key):
-    body = (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","metadata":'
-            + b"[" * 50_000 + b"]" * 50_000 + b"}}")
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
-                   "params.metadata[0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels "
-                   "of arrays and objects", 1)
+    rpc, echo_agent, alice_key
+):
+    body = (
+        b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","metadata":'
+        + b"[" * 50_000
+        + b"]" * 50_000
+        + b"}}"
+    )
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32602,
+        "params.metadata[0][0][0][0][0][0]… (64 levels down) nests deeper than 64 levels of arrays and objects",
+        1,
+    )
 
 
 def test_nesting_deeper_than_any_parser_goes_in_the_envelope_is_an_invalid_request_with_the_id(
-        rpc, echo_agent, alice_key):
+    rpc, echo_agent, alice_key
+):
     body = b'{"x":' + b'{"a":' * 5_000 + b"0" + b"}" * 5_000 + b',"jsonrpc":"2.0","id":"late","method":"GetTask"}'
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32600,
-                   "x.a.a.a.a.a.a.a… (64 levels down) nests deeper than 64 levels of arrays and objects", "late")
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32600,
+        "x.a.a.a.a.a.a.a… (64 levels down) nests deeper than 64 levels of arrays and objects",
+        "late",
+    )
 
 
-@pytest.mark.parametrize("where, message_fields, path", [
-    ("text", {"parts": [{"text": "a\u0000b"}]}, "params.message.parts[0].text"),
-    ("messageId", {"messageId": "m\u0000"}, "params.message.messageId"),
-    ("contextId", {"contextId": "\u0000"}, "params.message.contextId"),
-    ("filename", {"parts": [{"url": "https://example.test/f", "filename": "f\u0000.txt"}]},
-     "params.message.parts[0].filename"),
-    ("url", {"parts": [{"url": "https://example.test/\u0000"}]}, "params.message.parts[0].url"),
-    ("metadata value", {"metadata": {"k": ["\u0000"]}}, "params.message.metadata.k[0]"),
-])
+@pytest.mark.parametrize(
+    "where, message_fields, path",
+    [
+        ("text", {"parts": [{"text": "a\u0000b"}]}, "params.message.parts[0].text"),
+        ("messageId", {"messageId": "m\u0000"}, "params.message.messageId"),
+        ("contextId", {"contextId": "\u0000"}, "params.message.contextId"),
+        (
+            "filename",
+            {"parts": [{"url": "https://example.test/f", "filename": "f\u0000.txt"}]},
+            "params.message.parts[0].filename",
+        ),
+        ("url", {"parts": [{"url": "https://example.test/\u0000"}]}, "params.message.parts[0].url"),
+        ("metadata value", {"metadata": {"k": ["\u0000"]}}, "params.message.metadata.k[0]"),
+    ],
+)
 def test_u0000_anywhere_in_params_is_refused_with_its_path(rpc, echo_agent, alice_key, where, message_fields, path):
     from tasks_app.models import Task
 
     body = send_body({"message": user_message(**message_fields)})
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
-                   f"{path} contains U+0000, which this server does not accept")
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32602,
+        f"{path} contains U+0000, which this server does not accept",
+    )
     assert not Task.objects.exists()
 
 
 def test_u0000_in_a_member_name_is_refused(rpc, echo_agent, alice_key):
     body = send_body({"message": user_message(metadata={"a\u0000": 1})})
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
-                   "params.message.metadata has a member name that contains U+0000, which this server does not accept")
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32602,
+        "params.message.metadata has a member name that contains U+0000, which this server does not accept",
+    )
 
 
 def test_a_lone_surrogate_is_refused_and_invalid_utf8_is_a_parse_error(rpc, echo_agent, alice_key):
     body = b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":"\\udc00"}}'
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
-                   "params.id contains a lone surrogate (U+DC00), which this server does not accept", 3)
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32602,
+        "params.id contains a lone surrogate (U+DC00), which this server does not accept",
+        3,
+    )
     body = b'{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"id":"\xc3\x28"}}'
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32700,
-                   "request body is not valid JSON: the body is not UTF-8 (byte 59 is 0xc3)", None)
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32700,
+        "request body is not valid JSON: the body is not UTF-8 (byte 59 is 0xc3)",
+        None,
+    )
 
 
-@pytest.mark.parametrize("method, params, message", [
-    ("SendMessage", {"message": user_message(messageId="m" * 201)},
-     "params.message.messageId is longer than 200 characters"),
-    ("SendMessage", {"message": user_message(contextId="c" * 201)},
-     "params.message.contextId is longer than 200 characters"),
-    ("SendMessage", {"message": user_message(taskId="t" * 201)}, "params.message.taskId is longer than 200 characters"),
-    ("GetTask", {"id": "t" * 201}, "params.id is longer than 200 characters"),
-    ("ListTasks", {"contextId": "c" * 201}, "params.contextId is longer than 200 characters"),
-    ("CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.test/" + "u" * 2030},
-     "params.url is longer than 2048 characters"),
-    ("CreateTaskPushNotificationConfig", {"taskId": "t", "url": "https://example.test/", "id": "i" * 201},
-     "params.id is longer than 200 characters"),
-    ("CreateTaskPushNotificationConfig",
-     {"taskId": "t", "url": "https://example.test/", "authentication": {"scheme": "B" * 65}},
-     "params.authentication.scheme is longer than 64 characters"),
-    ("GetTaskPushNotificationConfig", {"taskId": "t", "id": "i" * 201}, "params.id is longer than 200 characters"),
-])
+@pytest.mark.parametrize(
+    "method, params, message",
+    [
+        (
+            "SendMessage",
+            {"message": user_message(messageId="m" * 201)},
+            "params.message.messageId is longer than 200 characters",
+        ),
+        (
+            "SendMessage",
+            {"message": user_message(contextId="c" * 201)},
+            "params.message.contextId is longer than 200 characters",
+        ),
+        (
+            "SendMessage",
+            {"message": user_message(taskId="t" * 201)},
+            "params.message.taskId is longer than 200 characters",
+        ),
+        ("GetTask", {"id": "t" * 201}, "params.id is longer than 200 characters"),
+        ("ListTasks", {"contextId": "c" * 201}, "params.contextId is longer than 200 characters"),
+        (
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t", "url": "https://example.test/" + "u" * 2030},
+            "params.url is longer than 2048 characters",
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t", "url": "https://example.test/", "id": "i" * 201},
+            "params.id is longer than 200 characters",
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            {"taskId": "t", "url": "https://example.test/", "authentication": {"scheme": "B" * 65}},
+            "params.authentication.scheme is longer than 64 characters",
+        ),
+        ("GetTaskPushNotificationConfig", {"taskId": "t", "id": "i" * 201}, "params.id is longer than 200 characters"),
+    ],
+)
 def test_a_string_longer_than_its_column_is_refused_with_the_limit(rpc, echo_agent, alice_key, method, params, message):
     response = rpc("/agents/acme/echo/", method, params, key=alice_key, request_id=7)
     assert_refused(response, -32602, message)
@@ -401,14 +499,26 @@ def test_a_string_longer_than_its_column_is_refused_with_the_limit(rpc, echo_age
 @pytest.mark.parametrize("role", [{"a": 1}, ["ROLE_USER"], True, 1.5, None])
 def test_a_role_of_the_wrong_type_is_invalid_params(rpc, echo_agent, alice_key, role):
     body = send_body({"message": {**user_message(), "role": role}})
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602,
-                   "params.message.role must be ROLE_USER or ROLE_AGENT")
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32602,
+        "params.message.role must be ROLE_USER or ROLE_AGENT",
+    )
 
 
-@pytest.mark.parametrize("field, value", [
-    ("messageId", ["m"]), ("messageId", {"m": 1}), ("contextId", 5), ("taskId", {"id": 1}), ("parts", {"text": "x"}),
-    ("metadata", "m"), ("extensions", [1]), ("referenceTaskIds", "t"),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("messageId", ["m"]),
+        ("messageId", {"m": 1}),
+        ("contextId", 5),
+        ("taskId", {"id": 1}),
+        ("parts", {"text": "x"}),
+        ("metadata", "m"),
+        ("extensions", [1]),
+        ("referenceTaskIds", "t"),
+    ],
+)
 def test_a_value_of_the_wrong_type_anywhere_in_a_message_is_invalid_params(rpc, echo_agent, alice_key, field, value):
     body = send_body({"message": {**user_message(), field: value}})
     response = rpc.raw("/agents/acme/echo/", body, key=alice_key)
@@ -416,15 +526,18 @@ def test_a_value_of_the_wrong_type_anywhere_in_a_message_is_invalid_params(rpc, 
     assert f"params.message.{field}" in response.error["message"]
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"1" + b"0" * 30, "params.historyLength is a number out of range"),
-    (b"1e400", "params.historyLength is a number out of range"),
-    (b"2147483648", "params.historyLength must be at most 2147483647, got 2147483648"),
-    (b'"99999999999999"', "params.historyLength must be between 0 and 2147483647, got '99999999999999'"),
-    (b"-1", "params.historyLength must be at least 0, got -1"),
-    (b"1.5", "params.historyLength must be an integer"),
-    (b'"\xc2\xb2"', "params.historyLength must be an integer"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (b"1" + b"0" * 30, "params.historyLength is a number out of range"),
+        (b"1e400", "params.historyLength is a number out of range"),
+        (b"2147483648", "params.historyLength must be at most 2147483647, got 2147483648"),
+        (b'"99999999999999"', "params.historyLength must be between 0 and 2147483647, got '99999999999999'"),
+        (b"-1", "params.historyLength must be at least 0, got -1"),
+        (b"1.5", "params.historyLength must be an integer"),
+        (b'"\xc2\xb2"', "params.historyLength must be an integer"),
+    ],
+)
 def test_numbers_out_of_range_are_invalid_params(rpc, echo_agent, alice_key, raw, message):
     body = b'{"jsonrpc":"2.0","id":7,"method":"GetTask","params":{"id":"x","historyLength":' + raw + b"}}"
     assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602, message)
@@ -438,28 +551,50 @@ def test_an_integral_number_or_a_decimal_string_is_an_int32_as_protojson_has_it(
 
 def test_a_nan_literal_is_a_parse_error(rpc, echo_agent, alice_key):
     body = b'{"jsonrpc":"2.0","id":7,"method":"ListTasks","params":{"pageSize":NaN}}'
-    assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32700,
-                   "request body is not valid JSON: NaN is not a JSON value", None)
+    assert_refused(
+        rpc.raw("/agents/acme/echo/", body, key=alice_key),
+        -32700,
+        "request body is not valid JSON: NaN is not a JSON value",
+        None,
+    )
 
 
-@pytest.mark.parametrize("body, code, message, request_id", [
-    (b'{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask","params":{"id":"x"}}', -32600,
-     "id is given more than once", None),
-    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"CancelTask","params":{"id":"x"}}', -32600,
-     "method is given more than once", 1),
-    (b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","id":"y"}}', -32602,
-     "params.id is given more than once", 1),
-])
+@pytest.mark.parametrize(
+    "body, code, message, request_id",
+    [
+        (
+            b'{"jsonrpc":"2.0","id":1,"id":2,"method":"GetTask","params":{"id":"x"}}',
+            -32600,
+            "id is given more than once",
+            None,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"GetTask","method":"CancelTask","params":{"id":"x"}}',
+            -32600,
+            "method is given more than once",
+            1,
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x","id":"y"}}',
+            -32602,
+            "params.id is given more than once",
+            1,
+        ),
+    ],
+)
 def test_a_member_given_twice_is_refused_not_guessed(rpc, echo_agent, alice_key, body, code, message, request_id):
     assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), code, message, request_id)
 
 
 # (Django's test client sends an empty body without a Content-Type; the live hostile run sends one.)
-@pytest.mark.parametrize("body, code, message", [
-    (b" \n\t ", -32700, "request body is not valid JSON: Expecting value at line 2 column 3"),
-    (b"[]", -32600, "batch requests are not supported; send one request per call"),
-    (b"null", -32600, "a JSON-RPC request must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, code, message",
+    [
+        (b" \n\t ", -32700, "request body is not valid JSON: Expecting value at line 2 column 3"),
+        (b"[]", -32600, "batch requests are not supported; send one request per call"),
+        (b"null", -32600, "a JSON-RPC request must be a JSON object"),
+    ],
+)
 def test_empty_and_batch_bodies_are_answered_in_json_rpc(rpc, echo_agent, alice_key, body, code, message):
     assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), code, message, None)
 
@@ -476,10 +611,17 @@ def test_params_that_are_not_an_object_are_invalid_params_with_the_id(rpc, echo_
     assert_refused(rpc.raw("/agents/acme/echo/", body, key=alice_key), -32602, "params must be an object", 9)
 
 
-@pytest.mark.parametrize("content_type", [
-    "multipart/form-data; boundary=x", "multipart/form-data", "application/x-www-form-urlencoded", "", "text/plain",
-    "\x7f\xff garbage",
-])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "multipart/form-data; boundary=x",
+        "multipart/form-data",
+        "application/x-www-form-urlencoded",
+        "",
+        "text/plain",
+        "\x7f\xff garbage",
+    ],
+)
 def test_any_other_content_type_is_content_type_not_supported_with_the_id(rpc, echo_agent, alice_key, content_type):
     body = orjson.dumps({"jsonrpc": "2.0", "id": "ct", "method": "GetTask", "params": {"id": "x"}})
     response = rpc.raw("/agents/acme/echo/", body, key=alice_key, content_type=content_type)
@@ -494,10 +636,12 @@ def test_a_content_type_answer_to_a_body_that_is_no_request_has_no_id(rpc, echo_
     assert response.body["id"] is None
 
 
-@pytest.mark.parametrize("path", ["/agents/ac%00me/echo/", "/agents/acme/ec%20ho/", "/agents/acme/" + "e" * 65 + "/",
-                                  "/agents/%C3%A9/echo/"])
-def test_a_path_that_names_no_agent_is_answered_in_json_rpc_without_a_query(rpc, echo_agent, alice_key, path,
-                                                                            django_assert_num_queries):
+@pytest.mark.parametrize(
+    "path", ["/agents/ac%00me/echo/", "/agents/acme/ec%20ho/", "/agents/acme/" + "e" * 65 + "/", "/agents/%C3%A9/echo/"]
+)
+def test_a_path_that_names_no_agent_is_answered_in_json_rpc_without_a_query(
+    rpc, echo_agent, alice_key, path, django_assert_num_queries
+):
     with django_assert_num_queries(0):
         response = rpc.raw(path, b"{}", key=alice_key)
     assert response.status == 404
@@ -509,4 +653,3 @@ def test_a_key_that_cannot_be_one_is_refused_without_a_query(rpc, echo_agent, ke
     with django_assert_max_num_queries(1):  # the agent
         response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=key)
     assert response.status == 401 and response.error["message"] == "invalid API key"
-

@@ -46,7 +46,9 @@ def test_return_immediately_hands_back_the_task_and_the_worker_finishes_it(live,
     params = {"message": user_message("later"), "configuration": {"returnImmediately": True}}
     task = call(live, "/agents/acme/echo/", "SendMessage", params, alice_key)["result"]["task"]
     assert task["status"]["state"] in ("TASK_STATE_SUBMITTED", "TASK_STATE_COMPLETED")
-    done = poll(live, "/agents/acme/echo/", task["id"], alice_key, lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED")
+    done = poll(
+        live, "/agents/acme/echo/", task["id"], alice_key, lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED"
+    )
     assert done["artifacts"][0]["parts"] == [{"text": "echo: later"}]
 
 
@@ -62,8 +64,9 @@ def test_a_multi_turn_exchange_with_the_writer(live, writer_agent, alice_key):
 
 def test_a_runaway_agent_is_failed_by_the_time_limit(live, tenant, alice_key):
     make_agent(tenant, "slow-writer", "writer", settings={"delay": 10})  # far beyond the 3 s limit
-    sent = call(live, "/agents/acme/slow-writer/", "SendMessage", {"message": user_message("a poem about time")},
-                alice_key)
+    sent = call(
+        live, "/agents/acme/slow-writer/", "SendMessage", {"message": user_message("a poem about time")}, alice_key
+    )
     task = sent["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_FAILED"
     from tasks_app.models import Task
@@ -74,8 +77,10 @@ def test_a_runaway_agent_is_failed_by_the_time_limit(live, tenant, alice_key):
 
 
 def test_cancellation_reaches_the_running_executor(live, conformance_agent):
-    params = {"message": user_message(messageId="test-resubscribe-message-id-1"),
-              "configuration": {"returnImmediately": True}}
+    params = {
+        "message": user_message(messageId="test-resubscribe-message-id-1"),
+        "configuration": {"returnImmediately": True},
+    }
     path = "/agents/acme/conformance/"
     task = call(live, path, "SendMessage", params)["result"]["task"]
     poll(live, path, task["id"], None, lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
@@ -120,14 +125,18 @@ def test_blocking_waits_hold_no_thread_in_the_web_process(live, conformance_agen
         status = Path(f"/proc/{live.web_pid}/status").read_text()
         return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
 
-    slow = {"message": user_message(messageId="test-resubscribe-message-id-busy"),
-            "configuration": {"returnImmediately": True}}
+    slow = {
+        "message": user_message(messageId="test-resubscribe-message-id-busy"),
+        "configuration": {"returnImmediately": True},
+    }
     for _ in range(2):  # the worker has two processes: occupy both for about 4 s
         call(live, "/agents/acme/conformance/", "SendMessage", slow)
     before = threads()
     with concurrent.futures.ThreadPoolExecutor(30) as pool:
-        futures = [pool.submit(call, live, "/agents/acme/echo/", "SendMessage",
-                               {"message": user_message(f"n{i}")}, alice_key) for i in range(30)]
+        futures = [
+            pool.submit(call, live, "/agents/acme/echo/", "SendMessage", {"message": user_message(f"n{i}")}, alice_key)
+            for i in range(30)
+        ]
         time.sleep(2)  # all 30 are parked waiting now
         during = threads()
         results = [f.result(timeout=30) for f in futures]
@@ -135,24 +144,36 @@ def test_blocking_waits_hold_no_thread_in_the_web_process(live, conformance_agen
     assert during - before < 10, (before, during)
 
 
-@pytest.mark.parametrize("content_type, body", [
-    ("multipart/form-data", b"no boundary, no parts"),
-    ("multipart/form-data; boundary=x", b"--x\r\nnot a part"),
-    ("application/x-www-form-urlencoded", b"a=b&%%%"),
-])
-def test_daphne_hands_form_bodies_to_the_endpoint_which_answers_in_json_rpc(live, echo_agent, alice_key,
-                                                                            content_type, body):
+@pytest.mark.parametrize(
+    "content_type, body",
+    [
+        ("multipart/form-data", b"no boundary, no parts"),
+        ("multipart/form-data; boundary=x", b"--x\r\nnot a part"),
+        ("application/x-www-form-urlencoded", b"a=b&%%%"),
+    ],
+)
+def test_daphne_hands_form_bodies_to_the_endpoint_which_answers_in_json_rpc(
+    live, echo_agent, alice_key, content_type, body
+):
     # Twisted used to answer a multipart body it could not parse with an empty 400 itself.
-    response = httpx.post(f"{live.url}/agents/acme/echo/", content=body, timeout=10,
-                          headers={**V1, "X-API-Key": alice_key, "Content-Type": content_type})
+    response = httpx.post(
+        f"{live.url}/agents/acme/echo/",
+        content=body,
+        timeout=10,
+        headers={**V1, "X-API-Key": alice_key, "Content-Type": content_type},
+    )
     assert response.status_code == 200
     assert response.json()["error"]["code"] == -32005
 
 
 def test_a_request_in_the_wrong_content_type_is_answered_with_its_id(live, echo_agent, alice_key):
     body = b'{"jsonrpc":"2.0","id":"mine","method":"GetTask","params":{"id":"x"}}'
-    response = httpx.post(f"{live.url}/agents/acme/echo/", content=body, timeout=10,
-                          headers={**V1, "X-API-Key": alice_key, "Content-Type": "multipart/form-data"})
+    response = httpx.post(
+        f"{live.url}/agents/acme/echo/",
+        content=body,
+        timeout=10,
+        headers={**V1, "X-API-Key": alice_key, "Content-Type": "multipart/form-data"},
+    )
     assert response.json()["id"] == "mine" and response.json()["error"]["code"] == -32005
 
 
@@ -162,8 +183,9 @@ def test_every_session_ended_as_by_a_postgres_restart_costs_no_request_and_no_ru
     path = "/agents/acme/echo/"
     for _ in range(4):  # every worker child and web thread holds a session now
         assert call(live, path, "SendMessage", {"message": user_message("before")}, alice_key)["result"]["task"]
-    ended = end_sessions("datname = current_database() AND backend_type = 'client backend' AND pid <> %s",
-                         backend_pid())
+    ended = end_sessions(
+        "datname = current_database() AND backend_type = 'client backend' AND pid <> %s", backend_pid()
+    )
     assert ended >= 2, "the web process and the worker each held a session"
     time.sleep(0.3)
 
@@ -184,22 +206,25 @@ def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, ali
     make_agent(tenant, "slow-writer", "writer", settings={"delay": 1})
     params = {"message": user_message("a poem about rivers"), "configuration": {"returnImmediately": True}}
     task_id = call(live, "/agents/acme/slow-writer/", "SendMessage", params, alice_key)["result"]["task"]["id"]
-    poll(live, "/agents/acme/slow-writer/", task_id, alice_key,
-         lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
+    poll(live, "/agents/acme/slow-writer/", task_id, alice_key, lambda t: t["status"]["state"] == "TASK_STATE_WORKING")
     for child in live.worker_children():  # a deploy's SIGKILL, mid-run
         os.kill(child, signal.SIGKILL)
     time.sleep(1.5)
 
     # The sweeper, with the grace after the hard limit spent: the run is lost, and runs again.
-    unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=1, retries=2,
-                                                  rerunnable={"writer"})
+    unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=1, retries=2, rerunnable={"writer"})
     assert failed == 0 and [u[0] for u in unclaimed] == [uuid.UUID(task_id)]
     app.conf.task_always_eager = False  # through the broker to the live worker's new children
     for pk, token in unclaimed:
         dispatch.enqueue_run(task_id=pk, run_token=token)
-    done = poll(live, "/agents/acme/slow-writer/", task_id, alice_key,
-                lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED", timeout=30)
+    done = poll(
+        live,
+        "/agents/acme/slow-writer/",
+        task_id,
+        alice_key,
+        lambda t: t["status"]["state"] == "TASK_STATE_COMPLETED",
+        timeout=30,
+    )
     assert done["artifacts"] and Task.objects.get(pk=task_id).run_retries == 1
     seqs = list(Task.objects.get(pk=task_id).events.order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))  # the event log has no gap and no duplicate
-

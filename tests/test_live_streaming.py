@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import orjson
@@ -18,8 +19,9 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 @contextmanager
-def stream(base: str, path: str, method: str, params: dict, *, key: str | None = None,
-           last_event_id: int | None = None) -> Iterator[Iterator[tuple[int | None, dict[str, Any]]]]:
+def stream(
+    base: str, path: str, method: str, params: dict, *, key: str | None = None, last_event_id: int | None = None
+) -> Iterator[Iterator[tuple[int | None, dict[str, Any]]]]:
     """(id, result) of each event of one SSE response, as they arrive."""
     headers = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
     if key:
@@ -66,15 +68,25 @@ def slow_writer(tenant):
 
 
 WRITER_EVENTS = [
-    "task:SUBMITTED", "statusUpdate:WORKING", "statusUpdate:WORKING",
-    "chunk append=False last=False", "chunk append=True last=False", "chunk append=True last=False",
-    "chunk append=True last=True", "statusUpdate:COMPLETED",
+    "task:SUBMITTED",
+    "statusUpdate:WORKING",
+    "statusUpdate:WORKING",
+    "chunk append=False last=False",
+    "chunk append=True last=False",
+    "chunk append=True last=False",
+    "chunk append=True last=True",
+    "statusUpdate:COMPLETED",
 ]
 
 
 def test_the_writer_streams_progress_and_chunks_in_order_then_the_stream_ends(live, writer_agent, alice_key):
-    with stream(live.url, "/agents/acme/writer/", "SendStreamingMessage",
-                {"message": user_message("a poem about rivers")}, key=alice_key) as events:
+    with stream(
+        live.url,
+        "/agents/acme/writer/",
+        "SendStreamingMessage",
+        {"message": user_message("a poem about rivers")},
+        key=alice_key,
+    ) as events:
         received = list(events)
     assert [describe(r) for _, r in received] == WRITER_EVENTS
     assert [i for i, _ in received] == list(range(1, 9))
@@ -83,20 +95,32 @@ def test_the_writer_streams_progress_and_chunks_in_order_then_the_stream_ends(li
 
 
 def test_an_ambiguous_request_streams_until_the_writer_asks_for_input(live, writer_agent, alice_key):
-    with stream(live.url, "/agents/acme/writer/", "SendStreamingMessage",
-                {"message": user_message("write something")}, key=alice_key) as events:
+    with stream(
+        live.url,
+        "/agents/acme/writer/",
+        "SendStreamingMessage",
+        {"message": user_message("write something")},
+        key=alice_key,
+    ) as events:
         received = [describe(r) for _, r in events]
     assert received == ["task:SUBMITTED", "statusUpdate:INPUT_REQUIRED"]
 
 
-@pytest.mark.parametrize("prefix, expected", [
-    ("tck-stream-001", ["task:SUBMITTED", "statusUpdate:WORKING", "chunk append=False last=True",
-                        "statusUpdate:COMPLETED"]),
-    ("tck-stream-002", ["task:SUBMITTED", "statusUpdate:COMPLETED"]),
-    ("tck-stream-artifact-chunked", ["task:SUBMITTED", "chunk append=True last=False", "chunk append=True last=True",
-                                     "statusUpdate:COMPLETED"]),
-    ("tck-message-response", ["message"]),
-])
+@pytest.mark.parametrize(
+    "prefix, expected",
+    [
+        (
+            "tck-stream-001",
+            ["task:SUBMITTED", "statusUpdate:WORKING", "chunk append=False last=True", "statusUpdate:COMPLETED"],
+        ),
+        ("tck-stream-002", ["task:SUBMITTED", "statusUpdate:COMPLETED"]),
+        (
+            "tck-stream-artifact-chunked",
+            ["task:SUBMITTED", "chunk append=True last=False", "chunk append=True last=True", "statusUpdate:COMPLETED"],
+        ),
+        ("tck-message-response", ["message"]),
+    ],
+)
 def test_the_conformance_agent_streams_what_the_suite_expects(live, conformance_agent, prefix, expected):
     message = user_message("go", messageId=f"{prefix}-{uuid.uuid4().hex[:8]}")
     with stream(live.url, "/agents/acme/conformance/", "SendStreamingMessage", {"message": message}) as events:
@@ -104,14 +128,19 @@ def test_the_conformance_agent_streams_what_the_suite_expects(live, conformance_
 
 
 def test_subscribers_on_either_web_process_see_the_same_events(live, slow_writer, alice_key):
-    with stream(live.urls[0], "/agents/acme/slowwriter/", "SendStreamingMessage",
-                {"message": user_message("a story about owls")}, key=alice_key) as sender:
+    with stream(
+        live.urls[0],
+        "/agents/acme/slowwriter/",
+        "SendStreamingMessage",
+        {"message": user_message("a story about owls")},
+        key=alice_key,
+    ) as sender:
         first_id, first = next(sender)
         task_id = first["task"]["id"]
-        with stream(live.urls[1], "/agents/acme/slowwriter/", "SubscribeToTask", {"id": task_id},
-                    key=alice_key) as one, \
-             stream(live.urls[1], "/agents/acme/slowwriter/", "SubscribeToTask", {"id": task_id},
-                    key=alice_key) as two:
+        with (
+            stream(live.urls[1], "/agents/acme/slowwriter/", "SubscribeToTask", {"id": task_id}, key=alice_key) as one,
+            stream(live.urls[1], "/agents/acme/slowwriter/", "SubscribeToTask", {"id": task_id}, key=alice_key) as two,
+        ):
             from_sender = [(first_id, first)] + list(sender)
             seen = [list(one), list(two)]
     assert [describe(r) for _, r in from_sender] == WRITER_EVENTS
@@ -123,12 +152,23 @@ def test_subscribers_on_either_web_process_see_the_same_events(live, slow_writer
 
 
 def test_a_client_that_reconnects_on_the_other_process_gets_exactly_the_rest(live, slow_writer, alice_key):
-    with stream(live.urls[0], "/agents/acme/slowwriter/", "SendStreamingMessage",
-                {"message": user_message("a letter about tea")}, key=alice_key) as events:
+    with stream(
+        live.urls[0],
+        "/agents/acme/slowwriter/",
+        "SendStreamingMessage",
+        {"message": user_message("a letter about tea")},
+        key=alice_key,
+    ) as events:
         before = [next(events) for _ in range(3)]  # then the connection drops
     task_id = before[0][1]["task"]["id"]
-    with stream(live.urls[1], "/agents/acme/slowwriter/", "SubscribeToTask", {"id": task_id}, key=alice_key,
-                last_event_id=before[-1][0]) as events:
+    with stream(
+        live.urls[1],
+        "/agents/acme/slowwriter/",
+        "SubscribeToTask",
+        {"id": task_id},
+        key=alice_key,
+        last_event_id=before[-1][0],
+    ) as events:
         after = list(events)
     ids = [i for i, _ in before + after]
     assert ids == list(range(1, 9))  # no gap, no duplicate
@@ -141,8 +181,9 @@ def _open_streams(base: str) -> int:
 
 def test_a_client_that_disconnects_frees_its_stream_at_once(live, tenant, alice_key):
     make_agent(tenant, "asker", "writer")
-    with stream(live.url, "/agents/acme/asker/", "SendStreamingMessage",
-                {"message": user_message("hmm")}, key=alice_key) as events:
+    with stream(
+        live.url, "/agents/acme/asker/", "SendStreamingMessage", {"message": user_message("hmm")}, key=alice_key
+    ) as events:
         task_id = next(events)[1]["task"]["id"]
     # The task waits for input: a subscription to it would last until the client leaves.
     with stream(live.urls[1], "/agents/acme/asker/", "SubscribeToTask", {"id": task_id}, key=alice_key) as events:
@@ -160,11 +201,19 @@ def test_idle_streams_hold_no_database_connection_or_transaction(live, tenant, a
     from django.db import connection
 
     make_agent(tenant, "idler", "writer")
-    task_ids = [call_rpc(live.urls[1], "/agents/acme/idler/", "SendMessage", {"message": user_message("hmm")},
-                         alice_key)["task"]["id"] for _ in range(20)]
+    task_ids = [
+        call_rpc(live.urls[1], "/agents/acme/idler/", "SendMessage", {"message": user_message("hmm")}, alice_key)[
+            "task"
+        ]["id"]
+        for _ in range(20)
+    ]
     with ExitStack() as held:
-        streams = [held.enter_context(stream(live.urls[1], "/agents/acme/idler/", "SubscribeToTask",
-                                             {"id": task_id}, key=alice_key)) for task_id in task_ids]
+        streams = [
+            held.enter_context(
+                stream(live.urls[1], "/agents/acme/idler/", "SubscribeToTask", {"id": task_id}, key=alice_key)
+            )
+            for task_id in task_ids
+        ]
         for events in streams:  # (a generator dropped would close its connection)
             next(events)
         assert _open_streams(live.urls[1]) == 20
@@ -181,6 +230,5 @@ def test_idle_streams_hold_no_database_connection_or_transaction(live, tenant, a
 
 def call_rpc(base: str, path: str, method: str, params: dict, key: str, timeout: float = 30) -> dict:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    response = httpx.post(f"{base}{path}", json=body, headers={"A2A-Version": "1.0", "X-API-Key": key},
-                          timeout=timeout)
+    response = httpx.post(f"{base}{path}", json=body, headers={"A2A-Version": "1.0", "X-API-Key": key}, timeout=timeout)
     return response.json()["result"]

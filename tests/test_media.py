@@ -9,25 +9,31 @@ from tasks_app import parts as P
 from tasks_app.errors import ContentTypeNotSupported
 
 
-@pytest.mark.parametrize("one, other", [
-    ("text/plain", "text/plain"),
-    ("Text/Plain; charset=utf-8", "text/plain"),
-    ("image/png", "image/*"),
-    ("image/*", "image/png"),
-    ("application/pdf", "*/*"),
-    ("*/*", "video/mp4"),
-    ("text", "text/plain"),
-])
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("text/plain", "text/plain"),
+        ("Text/Plain; charset=utf-8", "text/plain"),
+        ("image/png", "image/*"),
+        ("image/*", "image/png"),
+        ("application/pdf", "*/*"),
+        ("*/*", "video/mp4"),
+        ("text", "text/plain"),
+    ],
+)
 def test_media_types_match_without_case_or_parameters_and_with_wildcards(one, other):
     assert media.matches(one, other)
 
 
-@pytest.mark.parametrize("one, other", [
-    ("text/plain", "text/html"),
-    ("image/png", "text/*"),
-    ("application/json", "application/jsonl"),
-    ("image", "text/plain"),
-])
+@pytest.mark.parametrize(
+    "one, other",
+    [
+        ("text/plain", "text/html"),
+        ("image/png", "text/*"),
+        ("application/json", "application/jsonl"),
+        ("image", "text/plain"),
+    ],
+)
 def test_different_media_types_do_not_match(one, other):
     assert not media.matches(one, other)
 
@@ -37,8 +43,9 @@ def agent(**fields) -> Agent:
 
 
 def test_an_agent_takes_its_card_s_modes_and_every_skill_s():
-    reader = agent(skills=[{"id": "read", "inputModes": ["application/pdf"], "outputModes": ["text/markdown"]},
-                           {"id": "plain"}])
+    reader = agent(
+        skills=[{"id": "read", "inputModes": ["application/pdf"], "outputModes": ["text/markdown"]}, {"id": "plain"}]
+    )
     assert media.input_modes(reader) == ["text/plain", "application/pdf"]
     assert media.output_modes(reader) == ["text/plain", "text/markdown"]
 
@@ -56,8 +63,9 @@ def test_a_file_of_a_media_type_the_agent_does_not_take_is_refused_with_what_it_
 
 def test_a_file_the_agent_takes_through_a_skill_or_a_wildcard_passes():
     files = [P.file_uri("https://example.test/a.pdf", media_type="application/pdf")]
-    media.check_message(agent=agent(skills=[{"inputModes": ["application/pdf"]}]), parts=files,
-                        accepted_output_modes=None)
+    media.check_message(
+        agent=agent(skills=[{"inputModes": ["application/pdf"]}]), parts=files, accepted_output_modes=None
+    )
     media.check_message(agent=agent(input_modes=["application/*"]), parts=files, accepted_output_modes=None)
 
 

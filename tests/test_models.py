@@ -12,7 +12,11 @@ from tasks_app.models import Artifact, Task, TaskEvent
 @pytest.fixture
 def task(echo_agent):
     return Task.objects.create(
-        tenant=echo_agent.tenant, agent=echo_agent, owner="alice", context_id="c", dialect="a2a/1.0",
+        tenant=echo_agent.tenant,
+        agent=echo_agent,
+        owner="alice",
+        context_id="c",
+        dialect="a2a/1.0",
         status_timestamp=timezone.now(),
     )
 
@@ -40,8 +44,14 @@ def test_a_task_cannot_belong_to_another_tenant_than_its_agent(task):
     other = Tenant.objects.create(slug="other", name="Other")
     _refused(pk=task.pk, tenant_id=other.pk)
     with pytest.raises(IntegrityError), transaction.atomic():
-        Task.objects.create(tenant=other, agent=task.agent, owner="alice", context_id="c", dialect="a2a/1.0",
-                            status_timestamp=timezone.now())
+        Task.objects.create(
+            tenant=other,
+            agent=task.agent,
+            owner="alice",
+            context_id="c",
+            dialect="a2a/1.0",
+            status_timestamp=timezone.now(),
+        )
 
 
 def test_an_agent_moved_to_another_tenant_takes_its_tasks_along(task):
@@ -81,8 +91,14 @@ def test_artifact_ids_are_unique_within_a_task(task):
 
 def test_client_chosen_task_ids_are_unique_per_agent_and_owner(task, echo_agent):
     Task.objects.filter(pk=task.pk).update(client_task_id="t-1")
-    fields = dict(tenant=echo_agent.tenant, agent=echo_agent, context_id="c", dialect="a2a/0.1",
-                  status_timestamp=timezone.now(), client_task_id="t-1")
+    fields = dict(
+        tenant=echo_agent.tenant,
+        agent=echo_agent,
+        context_id="c",
+        dialect="a2a/0.1",
+        status_timestamp=timezone.now(),
+        client_task_id="t-1",
+    )
     Task.objects.create(id=uuid.uuid4(), owner="bob", **fields)  # another owner may use the same id
     with pytest.raises(IntegrityError), transaction.atomic():
         Task.objects.create(id=uuid.uuid4(), owner="alice", **fields)

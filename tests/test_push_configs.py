@@ -32,7 +32,9 @@ def test_a_created_config_can_be_read_listed_and_deleted(rpc, alice_key, task_id
     auth = {"scheme": "Bearer", "credentials": "s3cret-credentials"}
     created = create(rpc, alice_key, task_id, id="mine", token="t0ken", authentication=auth).result
     assert created == {"id": "mine", "taskId": task_id, "url": HOOK, "token": "t0ken", "authentication": auth}
-    assert rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "mine"}, key=alice_key).result == created
+    assert (
+        rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "mine"}, key=alice_key).result == created
+    )
     listed = rpc(ECHO, "ListTaskPushNotificationConfigs", {"taskId": task_id}, key=alice_key).result
     assert listed == {"configs": [created], "nextPageToken": ""}
     assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "mine"}, key=alice_key).result == {}
@@ -44,7 +46,9 @@ def test_a_created_config_can_be_read_listed_and_deleted(rpc, alice_key, task_id
 def test_delete_is_idempotent(rpc, alice_key, task_id):
     create(rpc, alice_key, task_id, id="once")
     for _ in range(2):
-        assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "once"}, key=alice_key).result == {}
+        assert (
+            rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "once"}, key=alice_key).result == {}
+        )
     assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "never"}, key=alice_key).result == {}
 
 
@@ -67,8 +71,12 @@ def test_configs_are_listed_in_pages(rpc, alice_key, task_id):
         create(rpc, alice_key, task_id, id=name)
     seen, token = [], ""
     while True:
-        page = rpc(ECHO, "ListTaskPushNotificationConfigs", {"taskId": task_id, "pageSize": 2, "pageToken": token},
-                   key=alice_key).result
+        page = rpc(
+            ECHO,
+            "ListTaskPushNotificationConfigs",
+            {"taskId": task_id, "pageSize": 2, "pageToken": token},
+            key=alice_key,
+        ).result
         seen += [c["id"] for c in page["configs"]]
         token = page["nextPageToken"]
         if not token:
@@ -101,24 +109,30 @@ def test_an_unknown_task_is_task_not_found(rpc, echo_agent, alice_key):
         assert_error(create(rpc, alice_key, task_id), -32001, "not found")
 
 
-@pytest.mark.parametrize("params, fragment", [
-    ({"url": HOOK}, "params.taskId"),
-    ({"taskId": "x"}, "params.url"),
-    ({"taskId": "x", "url": 7}, "params.url"),
-    ({"taskId": "x", "url": HOOK, "authentication": {"credentials": "c"}}, "authentication.scheme"),
-    ({"taskId": "x", "url": HOOK, "authentication": {"scheme": "Bearer\r\nX-Evil: 1"}}, "authentication scheme"),
-    ({"taskId": "x", "url": HOOK, "token": "line\nbreak"}, "token must be printable"),
-    ({"taskId": "x", "url": "ftp://example.com/hook"}, "http or https"),
-])
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"url": HOOK}, "params.taskId"),
+        ({"taskId": "x"}, "params.url"),
+        ({"taskId": "x", "url": 7}, "params.url"),
+        ({"taskId": "x", "url": HOOK, "authentication": {"credentials": "c"}}, "authentication.scheme"),
+        ({"taskId": "x", "url": HOOK, "authentication": {"scheme": "Bearer\r\nX-Evil: 1"}}, "authentication scheme"),
+        ({"taskId": "x", "url": HOOK, "token": "line\nbreak"}, "token must be printable"),
+        ({"taskId": "x", "url": "ftp://example.com/hook"}, "http or https"),
+    ],
+)
 def test_malformed_configs_are_invalid_params(rpc, echo_agent, alice_key, params, fragment):
     assert_error(rpc(ECHO, "CreateTaskPushNotificationConfig", params, key=alice_key), -32602, fragment)
 
 
-@pytest.mark.parametrize("url, shown", [
-    ("http://127.0.0.2:8080/hook", "127.0.0.2: it is a loopback address"),
-    ("http://[::ffff:127.0.0.3]/hook", "::ffff:127.0.0.3: it is a loopback address"),
-    ("http://hooks.example.test/a2a", "hooks.example.test (which resolves to 127.0.0.2): it is a loopback address"),
-])
+@pytest.mark.parametrize(
+    "url, shown",
+    [
+        ("http://127.0.0.2:8080/hook", "127.0.0.2: it is a loopback address"),
+        ("http://[::ffff:127.0.0.3]/hook", "::ffff:127.0.0.3: it is a loopback address"),
+        ("http://hooks.example.test/a2a", "hooks.example.test (which resolves to 127.0.0.2): it is a loopback address"),
+    ],
+)
 def test_a_url_the_guard_refuses_is_refused_at_creation_with_the_reason(rpc, alice_key, task_id, dns, url, shown):
     dns["hooks.example.test"] = ["127.0.0.2"]
     response = create(rpc, alice_key, task_id, url=url)
@@ -132,8 +146,14 @@ def test_a_name_that_does_not_resolve_yet_is_accepted(rpc, alice_key, task_id):
 
 
 def test_credentials_and_token_are_not_readable_in_the_database(rpc, alice_key, task_id):
-    create(rpc, alice_key, task_id, id="sealed", token="visible-token-123",
-           authentication={"scheme": "Basic", "credentials": "dXNlcjpwYXNzd29yZA-secret"})
+    create(
+        rpc,
+        alice_key,
+        task_id,
+        id="sealed",
+        token="visible-token-123",
+        authentication={"scheme": "Basic", "credentials": "dXNlcjpwYXNzd29yZA-secret"},
+    )
     with connection.cursor() as cursor:
         cursor.execute("SELECT row_to_json(c)::text, credentials_sealed FROM push_pushconfig c")
         [(row, sealed)] = cursor.fetchall()
@@ -141,8 +161,9 @@ def test_credentials_and_token_are_not_readable_in_the_database(rpc, alice_key, 
     assert sealed.startswith("gAAAAA")  # a Fernet token
 
 
-def test_a_config_whose_secrets_no_configured_key_opens_is_still_read_and_deleted(rpc, alice_key, task_id,
-                                                                                 settings, caplog):
+def test_a_config_whose_secrets_no_configured_key_opens_is_still_read_and_deleted(
+    rpc, alice_key, task_id, settings, caplog
+):
     from cryptography.fernet import Fernet
 
     create(rpc, alice_key, task_id, id="old", token="t0ken", authentication={"scheme": "Bearer", "credentials": "c"})
@@ -180,8 +201,13 @@ def test_an_inline_config_on_a_follow_up_covers_the_follow_up(rpc, tenant, alice
     make_agent(tenant, "writer", "writer", settings={"delay": 0})
     asked = rpc.send("/agents/acme/writer/", "write", key=alice_key).result["task"]
     seq_before = Task.objects.get(pk=asked["id"]).last_seq
-    rpc.send("/agents/acme/writer/", "a haiku about snow", key=alice_key, taskId=asked["id"],
-             configuration={"taskPushNotificationConfig": {"url": HOOK}})
+    rpc.send(
+        "/agents/acme/writer/",
+        "a haiku about snow",
+        key=alice_key,
+        taskId=asked["id"],
+        configuration={"taskPushNotificationConfig": {"url": HOOK}},
+    )
     assert PushConfig.objects.get(task_id=asked["id"]).delivered_seq == seq_before
 
 

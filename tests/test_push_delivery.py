@@ -32,8 +32,9 @@ def seqs(requests):
     return [r.seq for r in requests]
 
 
-def test_every_event_of_the_writer_arrives_in_order_signed_and_verifiable(rpc, client, writer_agent, alice_key,
-                                                                          receiver, push_jobs):
+def test_every_event_of_the_writer_arrives_in_order_signed_and_verifiable(
+    rpc, client, writer_agent, alice_key, receiver, push_jobs
+):
     task = send_with_push(rpc, WRITER, alice_key, receiver.url(), id="mine", token="tok-1", authentication=BEARER)
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     drain_push_jobs(push_jobs)
@@ -46,8 +47,13 @@ def test_every_event_of_the_writer_arrives_in_order_signed_and_verifiable(rpc, c
         assert request.headers["authorization"] == "Bearer receiver-secret"
         assert request.headers["x-a2a-notification-token"] == "tok-1"
         assert request.headers["a2a-push-attempt"] == "1"
-        verified = verify_notification(body=request.body, headers=request.headers, jwks=jwks,
-                                       issuer=settings.PUSH_JWS_ISSUER, audience=receiver.url())
+        verified = verify_notification(
+            body=request.body,
+            headers=request.headers,
+            jwks=jwks,
+            issuer=settings.PUSH_JWS_ISSUER,
+            audience=receiver.url(),
+        )
         assert verified.event_id == f"{task['id']}:{request.seq}" == request.event_id
         assert verified.claims["request_body_sha256"] == hashlib.sha256(request.body).hexdigest()
     kinds = [next(iter(r.json)) for r in receiver.requests]
@@ -61,7 +67,8 @@ def test_every_event_of_the_writer_arrives_in_order_signed_and_verifiable(rpc, c
 
 
 def test_a_receiver_failing_twice_gets_the_event_on_the_third_attempt_and_the_rest_in_order(
-        rpc, echo_agent, alice_key, receiver, push_jobs):
+    rpc, echo_agent, alice_key, receiver, push_jobs
+):
     receiver.answer(Answer(500, {}, b"down"), Answer(500))
     task = send_with_push(rpc, ECHO, alice_key, receiver.url())
     drain_push_jobs(push_jobs)
@@ -103,7 +110,8 @@ def test_retry_after_is_honoured(rpc, echo_agent, alice_key, receiver, push_jobs
 
 
 def test_a_delivery_that_runs_out_of_attempts_is_dead_and_stops_its_config_until_retried(
-        rpc, echo_agent, alice_key, receiver, push_jobs):
+    rpc, echo_agent, alice_key, receiver, push_jobs
+):
     receiver.answer(*[Answer(500)] * settings.PUSH_MAX_ATTEMPTS)
     task = send_with_push(rpc, ECHO, alice_key, receiver.url())
     drain_push_jobs(push_jobs)
@@ -118,15 +126,15 @@ def test_a_delivery_that_runs_out_of_attempts_is_dead_and_stops_its_config_until
     assert services.deliveries_retry(delivery_pks=[dead.pk]) == 1
     drain_push_jobs(push_jobs)
     last_seq = Task.objects.get(pk=task["id"]).last_seq
-    assert seqs(receiver.requests)[settings.PUSH_MAX_ATTEMPTS:] == list(range(1, last_seq + 1))
+    assert seqs(receiver.requests)[settings.PUSH_MAX_ATTEMPTS :] == list(range(1, last_seq + 1))
     assert PushConfig.objects.get().status == ConfigStatus.ACTIVE
 
 
-def test_the_admin_shows_attempts_and_retries_dead_deliveries(rpc, client, echo_agent, alice_key, receiver,
-                                                              push_jobs):
+def test_the_admin_shows_attempts_and_retries_dead_deliveries(rpc, client, echo_agent, alice_key, receiver, push_jobs):
     receiver.answer(*[Answer(500)] * settings.PUSH_MAX_ATTEMPTS)
-    send_with_push(rpc, ECHO, alice_key, receiver.url(), authentication={"scheme": "Bearer",
-                                                                         "credentials": "never-shown-9f8e"})
+    send_with_push(
+        rpc, ECHO, alice_key, receiver.url(), authentication={"scheme": "Bearer", "credentials": "never-shown-9f8e"}
+    )
     drain_push_jobs(push_jobs)
     dead = PushDelivery.objects.get(state=DeliveryState.DEAD)
     client.force_login(get_user_model().objects.create_superuser("op", "op@example.com", "pw-for-tests-only"))
@@ -134,15 +142,17 @@ def test_the_admin_shows_attempts_and_retries_dead_deliveries(rpc, client, echo_
     assert page.count("HTTP 500") >= settings.PUSH_MAX_ATTEMPTS
     config_page = client.get(f"/admin/push/pushconfig/{dead.config_id}/change/").content.decode()
     assert "never-shown-9f8e" not in config_page and "Bearer" in config_page
-    response = client.post("/admin/push/pushdelivery/", {"action": "retry_dead", "_selected_action": [dead.pk]},
-                           follow=True)
+    response = client.post(
+        "/admin/push/pushdelivery/", {"action": "retry_dead", "_selected_action": [dead.pk]}, follow=True
+    )
     assert "1 dead deliveries queued again" in response.content.decode()
     drain_push_jobs(push_jobs)
     assert PushDelivery.objects.get(pk=dead.pk).state == DeliveryState.DELIVERED
 
 
 def test_a_destination_refused_at_delivery_gets_nothing_and_the_delivery_is_dead(
-        rpc, echo_agent, alice_key, receiver, push_jobs, settings):
+    rpc, echo_agent, alice_key, receiver, push_jobs, settings
+):
     send_with_push(rpc, ECHO, alice_key, receiver.url())
     settings.OUTBOUND_ALLOW_NETS = []  # the operator closed loopback after the config was made
     drain_push_jobs(push_jobs)
@@ -153,18 +163,22 @@ def test_a_destination_refused_at_delivery_gets_nothing_and_the_delivery_is_dead
 
 
 def test_a_name_that_resolves_to_a_refused_address_at_delivery_gets_nothing(
-        rpc, echo_agent, alice_key, receiver, push_jobs, dns):
+    rpc, echo_agent, alice_key, receiver, push_jobs, dns
+):
     # Registered while the name did not resolve; by delivery it points at 127.0.0.2.
     send_with_push(rpc, ECHO, alice_key, f"http://rebound.example.test:{receiver.port}/hook")
     dns["rebound.example.test"] = ["127.0.0.2"]
     drain_push_jobs(push_jobs)
     assert receiver.requests == []
-    assert "rebound.example.test (which resolves to 127.0.0.2): it is a loopback address" in \
-        PushDelivery.objects.get().last_error
+    assert (
+        "rebound.example.test (which resolves to 127.0.0.2): it is a loopback address"
+        in PushDelivery.objects.get().last_error
+    )
 
 
 def test_a_name_that_does_not_resolve_for_a_while_is_retried_and_delivered_once_it_does(
-        rpc, echo_agent, alice_key, receiver, push_jobs, dns):
+    rpc, echo_agent, alice_key, receiver, push_jobs, dns
+):
     send_with_push(rpc, ECHO, alice_key, f"http://late.example.test:{receiver.port}/hook")
     config = PushConfig.objects.get()
     push_jobs.clear()
@@ -172,8 +186,9 @@ def test_a_name_that_does_not_resolve_for_a_while_is_retried_and_delivered_once_
         assert delivery.run(config_pk=config.pk) == "retry"
         PushConfig.objects.update(next_attempt_at=None)  # the backoff is over
     attempts = PushDelivery.objects.get(seq=1).attempt_log.order_by("id")
-    assert [a.error for a in attempts] == ["the host 'late.example.test' could not be resolved "
-                                           "([Errno -2] Name or service not known)"] * 2
+    assert [a.error for a in attempts] == [
+        "the host 'late.example.test' could not be resolved ([Errno -2] Name or service not known)"
+    ] * 2
     assert PushConfig.objects.get().status == ConfigStatus.ACTIVE
 
     dns["late.example.test"] = ["127.0.0.1"]
@@ -194,12 +209,14 @@ def test_a_receiver_that_answers_gone_gets_nothing_more(rpc, echo_agent, alice_k
 
 
 def test_a_name_that_resolves_to_an_allowed_address_is_delivered_with_its_host(
-        rpc, echo_agent, alice_key, receiver, push_jobs, dns):
+    rpc, echo_agent, alice_key, receiver, push_jobs, dns
+):
     dns["receiver.example.test"] = ["127.0.0.1"]
     send_with_push(rpc, ECHO, alice_key, receiver.url(host="receiver.example.test"))
     drain_push_jobs(push_jobs)
     assert receiver.requests and {r.headers["host"] for r in receiver.requests} == {
-        f"receiver.example.test:{receiver.port}"}
+        f"receiver.example.test:{receiver.port}"
+    }
 
 
 def test_a_receiver_that_never_answers_times_out_and_is_retried(rpc, echo_agent, alice_key, push_jobs, settings):
@@ -215,8 +232,7 @@ def test_a_receiver_that_never_answers_times_out_and_is_retried(rpc, echo_agent,
     assert attempt.status_code is None and "Timeout" in attempt.error and attempt.latency_ms >= 300
 
 
-def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_agent, alice_key, receiver,
-                                                                    push_jobs):
+def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_agent, alice_key, receiver, push_jobs):
     send_with_push(rpc, ECHO, alice_key, receiver.url())
     config = PushConfig.objects.get()
     token = services.lease_take(config_pk=config.pk)
@@ -228,7 +244,8 @@ def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_ag
 
 
 def test_each_delivered_event_of_a_batch_renews_the_lease_so_slow_attempts_never_let_a_second_job_in(
-        rpc, echo_agent, alice_key, receiver):
+    rpc, echo_agent, alice_key, receiver
+):
     from django.utils import timezone
 
     send_with_push(rpc, ECHO, alice_key, receiver.url())
@@ -246,7 +263,8 @@ def test_each_delivered_event_of_a_batch_renews_the_lease_so_slow_attempts_never
 
 
 def test_a_job_whose_lease_ran_out_logs_its_attempt_but_leaves_the_delivery_to_the_new_holder(
-        rpc, echo_agent, alice_key, receiver):
+    rpc, echo_agent, alice_key, receiver
+):
     from django.utils import timezone
 
     send_with_push(rpc, ECHO, alice_key, receiver.url())
@@ -256,10 +274,13 @@ def test_a_job_whose_lease_ran_out_logs_its_attempt_but_leaves_the_delivery_to_t
     PushConfig.objects.filter(pk=config.pk).update(lease_until=timezone.now())  # it ran out
     fast = services.lease_take(config_pk=config.pk)
     started = timezone.now()
-    assert services.attempt_record(due=due, lease_token=fast, started_at=started, status_code=200,
-                                   latency_ms=5).outcome == "delivered"
-    late = services.attempt_record(due=due, lease_token=slow, started_at=started, status_code=500,
-                                   latency_ms=9000, error="HTTP 500")
+    assert (
+        services.attempt_record(due=due, lease_token=fast, started_at=started, status_code=200, latency_ms=5).outcome
+        == "delivered"
+    )
+    late = services.attempt_record(
+        due=due, lease_token=slow, started_at=started, status_code=500, latency_ms=9000, error="HTTP 500"
+    )
     assert late.outcome == "lost"
     delivered = PushDelivery.objects.get(config=config, seq=due.seq)
     assert (delivered.state, delivered.attempts, delivered.last_status_code) == (DeliveryState.DELIVERED, 1, 200)
@@ -286,8 +307,12 @@ def test_several_configs_of_one_task_each_get_every_event(rpc, tenant, alice_key
     make_agent(tenant, "writer", "writer", settings={"delay": 0})
     asked = rpc.send(WRITER, "write", key=alice_key).result["task"]  # input-required
     for name in ("one", "two"):
-        rpc(WRITER, "CreateTaskPushNotificationConfig",
-            {"taskId": asked["id"], "id": name, "url": receiver.url(f"/{name}")}, key=alice_key)
+        rpc(
+            WRITER,
+            "CreateTaskPushNotificationConfig",
+            {"taskId": asked["id"], "id": name, "url": receiver.url(f"/{name}")},
+            key=alice_key,
+        )
     rpc.send(WRITER, "a haiku about snow", key=alice_key, taskId=asked["id"])
     drain_push_jobs(push_jobs)
     before = 2  # submitted and input-required happened before the configs existed
@@ -296,20 +321,28 @@ def test_several_configs_of_one_task_each_get_every_event(rpc, tenant, alice_key
         assert [r.seq for r in receiver.requests if r.path == f"/{name}"] == list(range(before + 1, last_seq + 1))
 
 
-def test_a_task_s_events_are_pushed_as_its_own_dialect_writes_them(rpc, echo_agent, alice_key, receiver, push_jobs,
-                                                                    monkeypatch):
+def test_a_task_s_events_are_pushed_as_its_own_dialect_writes_them(
+    rpc, echo_agent, alice_key, receiver, push_jobs, monkeypatch
+):
     from tasks_app import encoders
 
-    monkeypatch.setitem(encoders._encoders, "a2a/0.3", lambda task_id, context_id, kind, payload: {
-        "kind": "status-update" if kind == "status" else kind, "taskId": task_id})
+    monkeypatch.setitem(
+        encoders._encoders,
+        "a2a/0.3",
+        lambda task_id, context_id, kind, payload: {
+            "kind": "status-update" if kind == "status" else kind,
+            "taskId": task_id,
+        },
+    )
     task = send_with_push(rpc, ECHO, alice_key, receiver.url())
     Task.objects.filter(pk=task["id"]).update(dialect="a2a/0.3")  # as if a 0.3 client had created it
     drain_push_jobs(push_jobs)
     assert [r.json for r in receiver.requests][:1] == [{"kind": "status-update", "taskId": task["id"]}]
 
 
-def test_an_event_of_a_dialect_with_no_encoder_is_recorded_as_undeliverable(rpc, echo_agent, alice_key, receiver,
-                                                                             push_jobs, monkeypatch):
+def test_an_event_of_a_dialect_with_no_encoder_is_recorded_as_undeliverable(
+    rpc, echo_agent, alice_key, receiver, push_jobs, monkeypatch
+):
     from tasks_app import encoders
 
     monkeypatch.delitem(encoders._encoders, "a2a/1.0")

@@ -40,7 +40,8 @@ def every_event(receiver, task_id):
 
 
 def test_the_writer_pushes_every_event_in_order_signed_with_a_key_from_the_served_jwks(
-        live, writer_agent, alice_key, receiver):
+    live, writer_agent, alice_key, receiver
+):
     path = "/agents/acme/writer/"
     config = {"id": "live", "url": receiver.url(), "token": "live-token", "authentication": BEARER}
     asked = send(live, path, alice_key, "write", config)
@@ -52,8 +53,13 @@ def test_the_writer_pushes_every_event_in_order_signed_with_a_key_from_the_serve
     assert [r.seq for r in got] == list(range(1, last_seq + 1))  # in order, each once
     jwks = JwksCache(f"{live.url}/.well-known/jwks.json")
     for request in got:
-        verified = verify_notification(body=request.body, headers=request.headers, jwks=jwks,
-                                       issuer=settings.PUSH_JWS_ISSUER, audience=receiver.url())
+        verified = verify_notification(
+            body=request.body,
+            headers=request.headers,
+            jwks=jwks,
+            issuer=settings.PUSH_JWS_ISSUER,
+            audience=receiver.url(),
+        )
         assert verified.event_id == request.event_id == f"{asked['id']}:{request.seq}"
         assert verified.claims["request_body_sha256"] == hashlib.sha256(request.body).hexdigest()
         assert request.headers["authorization"] == "Bearer live-receiver-secret"
@@ -85,7 +91,12 @@ def test_retry_after_is_honoured_by_the_worker(live, echo_agent, alice_key, rece
 
 def test_a_private_address_is_refused_when_the_config_is_created(live, echo_agent, alice_key):
     task = send(live, "/agents/acme/echo/", alice_key, "hello")
-    error = call(live, "/agents/acme/echo/", "CreateTaskPushNotificationConfig",
-                 {"taskId": task["id"], "url": "http://127.0.0.2:8080/hook"}, alice_key)["error"]
+    error = call(
+        live,
+        "/agents/acme/echo/",
+        "CreateTaskPushNotificationConfig",
+        {"taskId": task["id"], "url": "http://127.0.0.2:8080/hook"},
+        alice_key,
+    )["error"]
     assert error["code"] == -32602
     assert "127.0.0.2: it is a loopback address" in error["message"]

@@ -69,12 +69,15 @@ def test_every_signature_has_its_own_jti():
     assert verify(body, a).jti != verify(body, b).jti
 
 
-@pytest.mark.parametrize("tamper, message", [
-    (lambda body, headers: (body + b" ", headers), "does not match the signed hash"),
-    (lambda body, headers: (body, {**headers, "A2A-Push-Event-Id": f"{TASK}:2"}), "event id"),
-    (lambda body, headers: (body, {"A2A-Push-Event-Id": headers["A2A-Push-Event-Id"]}), "no A2A-Push-Signature"),
-    (lambda body, headers: (body, {**headers, "A2A-Push-Signature": "not.a.jws"}), "malformed|invalid"),
-])
+@pytest.mark.parametrize(
+    "tamper, message",
+    [
+        (lambda body, headers: (body + b" ", headers), "does not match the signed hash"),
+        (lambda body, headers: (body, {**headers, "A2A-Push-Event-Id": f"{TASK}:2"}), "event id"),
+        (lambda body, headers: (body, {"A2A-Push-Event-Id": headers["A2A-Push-Event-Id"]}), "no A2A-Push-Signature"),
+        (lambda body, headers: (body, {**headers, "A2A-Push-Signature": "not.a.jws"}), "malformed|invalid"),
+    ],
+)
 def test_a_tampered_notification_is_rejected(tamper, message):
     with pytest.raises(VerificationError, match=message):
         verify(*tamper(*notification()))

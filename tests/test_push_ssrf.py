@@ -3,6 +3,7 @@ connected to as checked, no redirects, a capped read. Verdicts are tested on the
 itself (address in, verdict out); nothing here sends traffic beyond 127.0.0.1."""
 
 import ipaddress
+from datetime import UTC
 
 import pytest
 
@@ -16,44 +17,48 @@ def refusal(address: str, allow=()) -> str | None:
     return ssrf.address_refusal(ipaddress.ip_address(address), allow)
 
 
-@pytest.mark.parametrize("address, why", [
-    ("127.0.0.1", "loopback"),
-    ("127.255.255.254", "loopback"),
-    ("10.1.2.3", "private"),
-    ("172.16.0.1", "private"),
-    ("172.31.255.255", "private"),
-    ("192.168.1.1", "private"),
-    ("169.254.169.254", "link-local"),  # the cloud metadata service
-    ("100.64.0.1", "carrier-grade NAT"),
-    ("100.127.255.254", "carrier-grade NAT"),
-    ("224.0.0.251", "multicast"),
-    ("239.255.255.250", "multicast"),
-    ("240.0.0.1", "reserved"),
-    ("255.255.255.255", "reserved"),
-    ("0.0.0.0", "this network"),
-    ("192.0.2.10", "documentation"),
-    ("198.18.0.1", "benchmarking"),
-    ("::1", "loopback"),
-    ("::", "unspecified"),
-    ("fe80::1", "link-local"),
-    ("fc00::1", "private"),
-    ("fd12:3456::1", "private"),
-    ("ff02::1", "multicast"),
-    ("fec0::1", "site-local"),
-    ("2001:db8::1", "documentation"),
-    ("2002:7f00:1::1", "6to4"),
-    ("::ffff:127.0.0.3", "loopback"),  # v4-mapped
-    ("::ffff:10.0.0.1", "private"),
-    ("::ffff:169.254.169.254", "link-local"),
-    ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
-    ("::127.0.0.1", "IPv4-compatible"),
-])
+@pytest.mark.parametrize(
+    "address, why",
+    [
+        ("127.0.0.1", "loopback"),
+        ("127.255.255.254", "loopback"),
+        ("10.1.2.3", "private"),
+        ("172.16.0.1", "private"),
+        ("172.31.255.255", "private"),
+        ("192.168.1.1", "private"),
+        ("169.254.169.254", "link-local"),  # the cloud metadata service
+        ("100.64.0.1", "carrier-grade NAT"),
+        ("100.127.255.254", "carrier-grade NAT"),
+        ("224.0.0.251", "multicast"),
+        ("239.255.255.250", "multicast"),
+        ("240.0.0.1", "reserved"),
+        ("255.255.255.255", "reserved"),
+        ("0.0.0.0", "this network"),
+        ("192.0.2.10", "documentation"),
+        ("198.18.0.1", "benchmarking"),
+        ("::1", "loopback"),
+        ("::", "unspecified"),
+        ("fe80::1", "link-local"),
+        ("fc00::1", "private"),
+        ("fd12:3456::1", "private"),
+        ("ff02::1", "multicast"),
+        ("fec0::1", "site-local"),
+        ("2001:db8::1", "documentation"),
+        ("2002:7f00:1::1", "6to4"),
+        ("::ffff:127.0.0.3", "loopback"),  # v4-mapped
+        ("::ffff:10.0.0.1", "private"),
+        ("::ffff:169.254.169.254", "link-local"),
+        ("64:ff9b::a00:1", "private"),  # NAT64 of 10.0.0.1
+        ("::127.0.0.1", "IPv4-compatible"),
+    ],
+)
 def test_special_purpose_addresses_are_refused_with_the_reason(address, why):
     assert why in refusal(address)
 
 
-@pytest.mark.parametrize("address", ["93.184.215.14", "8.8.8.8", "1.1.1.1", "2606:4700:4700::1111",
-                                     "::ffff:8.8.8.8", "64:ff9b::808:808"])
+@pytest.mark.parametrize(
+    "address", ["93.184.215.14", "8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"]
+)
 def test_public_addresses_are_allowed(address):
     assert refusal(address) is None
 
@@ -72,22 +77,27 @@ def test_the_test_settings_allow_only_127_0_0_1():
     assert ssrf.allowed_networks() == ALLOW_LOCAL
 
 
-@pytest.mark.parametrize("url, message", [
-    ("ftp://example.com/hook", "http or https"),
-    ("file:///etc/passwd", "http or https"),
-    ("gopher://127.0.0.1:6379/_FLUSHALL", "http or https"),
-    ("http://user:pw@example.com/hook", "credentials"),
-    ("http:///hook", "no host"),
-    ("http://127.0.0.1:99999/", "not a valid URL"),
-    ("", "empty"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("ftp://example.com/hook", "http or https"),
+        ("file:///etc/passwd", "http or https"),
+        ("gopher://127.0.0.1:6379/_FLUSHALL", "http or https"),
+        ("http://user:pw@example.com/hook", "credentials"),
+        ("http:///hook", "no host"),
+        ("http://127.0.0.1:99999/", "not a valid URL"),
+        ("", "empty"),
+    ],
+)
 def test_only_plain_http_and_https_urls_are_accepted(url, message):
     with pytest.raises(ssrf.Refused, match=message):
         ssrf.check(url)
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.2/hook", "http://[::ffff:127.0.0.3]:8080/hook",
-                                 "http://[::1]/hook", "http://2130706434/hook"])
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.2/hook", "http://[::ffff:127.0.0.3]:8080/hook", "http://[::1]/hook", "http://2130706434/hook"],
+)
 def test_a_url_naming_a_refused_address_is_refused(url, dns):
     dns["2130706434"] = ["127.0.0.2"]  # the decimal form getaddrinfo would turn into 127.0.0.2
     with pytest.raises(ssrf.Refused, match="loopback"):
@@ -127,15 +137,16 @@ def test_the_connection_goes_to_the_checked_address_with_the_name_as_host(receiv
     destination = ssrf.check(receiver.url(host="receiver.example.test"))
     # Whatever the name resolves to from now on (DNS rebinding), the checked address is used.
     dns["receiver.example.test"] = ["127.0.0.2"]
-    response = outbound.post(destination, body=b"{}", headers={"Content-Type": "application/a2a+json"},
-                             timeout=2, max_body=1024)
+    response = outbound.post(
+        destination, body=b"{}", headers={"Content-Type": "application/a2a+json"}, timeout=2, max_body=1024
+    )
     assert response.status == 200
     assert receiver.requests[0].headers["host"] == f"receiver.example.test:{receiver.port}"
     assert dns.lookups == ["receiver.example.test"]
 
 
 def _self_signed(name: str, directory) -> tuple[str, str]:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -144,10 +155,14 @@ def _self_signed(name: str, directory) -> tuple[str, str]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=1))
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
         .not_valid_after(now + timedelta(hours=1))
         .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -155,8 +170,9 @@ def _self_signed(name: str, directory) -> tuple[str, str]:
     )
     cert_path, key_path = directory / "cert.pem", directory / "key.pem"
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return str(cert_path), str(key_path)
 
 
@@ -174,13 +190,15 @@ def test_https_goes_to_the_checked_address_and_verifies_the_certificate_of_the_n
     try:
         dns["secure.example.test"] = ["127.0.0.1"]
         dns["other.example.test"] = ["127.0.0.1"]
-        ok = outbound.post(ssrf.check(receiver.url(host="secure.example.test")), body=b"{}", headers={},
-                           timeout=2, max_body=1024)
+        ok = outbound.post(
+            ssrf.check(receiver.url(host="secure.example.test")), body=b"{}", headers={}, timeout=2, max_body=1024
+        )
         assert ok.status == 200 and receiver.requests[0].headers["host"] == f"secure.example.test:{receiver.port}"
         # The same address under a name the certificate does not cover: TLS refuses it.
         with pytest.raises(outbound.SendError, match="CERTIFICATE_VERIFY_FAILED|hostname"):
-            outbound.post(ssrf.check(receiver.url(host="other.example.test")), body=b"{}", headers={},
-                          timeout=2, max_body=1024)
+            outbound.post(
+                ssrf.check(receiver.url(host="other.example.test")), body=b"{}", headers={}, timeout=2, max_body=1024
+            )
     finally:
         receiver.stop()
 
@@ -211,7 +229,7 @@ def test_retry_after_is_read_as_seconds(header, seconds):
 
 
 def test_retry_after_may_be_an_http_date():
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+    now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     assert outbound.retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", now=now) == 30.0

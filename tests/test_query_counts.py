@@ -55,7 +55,6 @@ def test_a_blocking_send_message_to_the_echo_agent_costs_six_statements_end_to_e
     assert task["status"]["state"] == "TASK_STATE_COMPLETED" and task["artifacts"]
 
 
-
 def test_pushing_a_task_s_events_costs_eleven_statements_an_event_and_five_a_job(
     rpc, echo_agent, alice_key, receiver, push_jobs, django_assert_num_queries
 ):
@@ -70,9 +69,10 @@ def test_pushing_a_task_s_events_costs_eleven_statements_an_event_and_five_a_job
     # Per job: take the lease; after the last event one more look (the config, no event);
     # release the lease; check that nothing came in meanwhile.
     # Per event: the config (still ours?); the next event (read through the task store's
-    # selector); how often it was tried; the signing key; then one transaction under the config's row lock (BEGIN, lock the config,
-    # look for the delivery row, make it with this attempt's outcome, log the attempt, save
-    # the config and its lease, COMMIT). Django counts BEGIN and COMMIT as statements.
+    # selector); how often it was tried; the signing key; then one transaction under the
+    # config's row lock (BEGIN, lock the config, look for the delivery row, make it with this
+    # attempt's outcome, log the attempt, save the config and its lease, COMMIT). Django
+    # counts BEGIN and COMMIT as statements.
     with django_assert_num_queries(5 + 11 * events):
         assert delivery.run(config_pk=config_pk) == "idle"
     assert [r.seq for r in receiver.requests] == list(range(1, events + 1))

@@ -9,7 +9,8 @@ import orjson
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth import get_user_model
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tasks_app.models import TaskEvent
 from tasks_app.storable import ID_LENGTH, MAX_DEPTH
@@ -35,15 +36,20 @@ def nested(levels: int, leaf):
 
 
 json_values = st.one_of(
-    st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
-                 max_leaves=12),
+    st.recursive(
+        scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3), max_leaves=12
+    ),
     st.builds(nested, st.just(DATA_DEPTH - 1), scalars),  # as deep as a data part may go
 )
-parts = st.lists(st.one_of(
-    st.builds(lambda t: {"text": t}, text),
-    st.builds(lambda d: {"data": d}, json_values),
-    st.builds(lambda url, name: {"url": url, "filename": name, "mediaType": "text/plain"}, ids, ids),
-), min_size=1, max_size=3)
+parts = st.lists(
+    st.one_of(
+        st.builds(lambda t: {"text": t}, text),
+        st.builds(lambda d: {"data": d}, json_values),
+        st.builds(lambda url, name: {"url": url, "filename": name, "mediaType": "text/plain"}, ids, ids),
+    ),
+    min_size=1,
+    max_size=3,
+)
 messages = st.fixed_dictionaries(
     {"messageId": ids, "role": st.just("ROLE_USER"), "parts": parts},
     optional={"metadata": st.dictionaries(text, json_values, max_size=3)},
@@ -59,13 +65,15 @@ def operator(client):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(message=messages, context_id=ids)
-def test_what_the_store_accepts_every_reader_gives_back_as_sent(rpc, operator, echo_agent, alice_key, receiver,
-                                                               push_jobs, message, context_id):
+def test_what_the_store_accepts_every_reader_gives_back_as_sent(
+    rpc, operator, echo_agent, alice_key, receiver, push_jobs, message, context_id
+):
     context_id = f"{uuid.uuid4()}-{context_id}"[:ID_LENGTH]  # each example's own, so ListTasks finds it alone
     sent = {**message, "contextId": context_id}
     push = {"taskPushNotificationConfig": {"url": receiver.url()}}
-    task = rpc("/agents/acme/echo/", "SendMessage", {"message": sent, "configuration": push},
-               key=alice_key).result["task"]
+    task = rpc("/agents/acme/echo/", "SendMessage", {"message": sent, "configuration": push}, key=alice_key).result[
+        "task"
+    ]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     events = TaskEvent.objects.filter(task_id=task["id"]).count()
 
@@ -78,9 +86,15 @@ def test_what_the_store_accepts_every_reader_gives_back_as_sent(rpc, operator, e
     listed = rpc(ECHO, "ListTasks", {"contextId": context_id, "includeArtifacts": True}, key=alice_key).result
     assert listed["tasks"] == [got]
 
-    replay = rpc.client.post(ECHO, data=_body("SubscribeToTask", {"id": task["id"], "lastEventId": "0"}),
-                             content_type="application/json", headers={"A2A-Version": "1.0", "X-API-Key": alice_key})
-    lines = async_to_sync(_collect)(replay.streaming_content).decode().split("\n")  # (JSON may hold U+2028: not splitlines)
+    replay = rpc.client.post(
+        ECHO,
+        data=_body("SubscribeToTask", {"id": task["id"], "lastEventId": "0"}),
+        content_type="application/json",
+        headers={"A2A-Version": "1.0", "X-API-Key": alice_key},
+    )
+    lines = (
+        async_to_sync(_collect)(replay.streaming_content).decode().split("\n")
+    )  # (JSON may hold U+2028: not splitlines)
     assert [line for line in lines if line.startswith("id: ")] == [f"id: {seq}" for seq in range(1, events + 1)]
     assert all('"result"' in line for line in lines if line.startswith("data: "))
 

@@ -55,12 +55,24 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
     port = _free_port()
     # Nothing listens on port 1, and it is not the standard instance, so nothing is started.
     env = {
-        "PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path)), "LANG": "C.UTF-8",
-        "PORT": str(port), "RUN_DIR": str(tmp_path / "run"), "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
-        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/agentserver", "REDIS_URL": "redis://127.0.0.1:1/0",
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", str(tmp_path)),
+        "LANG": "C.UTF-8",
+        "PORT": str(port),
+        "RUN_DIR": str(tmp_path / "run"),
+        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/agentserver",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
     }
-    proc = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        ["make", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         lines = _lines_of(proc)
         out = _read_until(lines, "Press Ctrl-C to stop.", timeout=150)
@@ -71,8 +83,9 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
 
         def call(method, params):
             body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-            request = urllib.request.Request(echo, data=body, headers={
-                "Content-Type": "application/json", "A2A-Version": "1.0", "X-API-Key": key})
+            request = urllib.request.Request(
+                echo, data=body, headers={"Content-Type": "application/json", "A2A-Version": "1.0", "X-API-Key": key}
+            )
             with urllib.request.urlopen(request, timeout=30) as response:
                 return orjson.loads(response.read())["result"]
 

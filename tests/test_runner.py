@@ -27,8 +27,9 @@ def run_with(tenant, monkeypatch):
 
     def go(execute, text="hello", rerunnable=False):
         name = f"test-{uuid.uuid4().hex[:8]}"
-        REGISTRY[name] = type("E", (Executor,), {"name": name, "rerunnable": rerunnable,
-                                                 "execute": lambda self, ctx: execute(ctx)})
+        REGISTRY[name] = type(
+            "E", (Executor,), {"name": name, "rerunnable": rerunnable, "execute": lambda self, ctx: execute(ctx)}
+        )
         registered.append(name)
         agent = make_agent(tenant, name, name)
         message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": text}])
@@ -172,16 +173,22 @@ def deep(levels: int):
     return value
 
 
-@pytest.mark.parametrize("execute, reason", [
-    (lambda ctx: ctx.complete("a\x00b"), "parts[0].text contains U+0000"),
-    (lambda ctx: ctx.complete([{"type": "data", "data": deep(65)}]), "nests deeper than 64 levels"),
-    (lambda ctx: ctx.complete([{"type": "data", "data": {"n": 2**70}}]), "parts[0].data.n is an integer out of range"),
-    (lambda ctx: ctx.complete([{"type": "data", "data": {1: "x"}}]), "member name that is not a string"),
-    (lambda ctx: ctx.artifact("x", artifact_id="a" * 201), "artifact_id is longer than 200 characters"),
-    (lambda ctx: ctx.complete(artifact="x", name="n" * 301), "name is longer than 300 characters"),
-    (lambda ctx: ctx.artifact("x", metadata={"when": object()}), "metadata.when is a object"),
-    (lambda ctx: ctx.reply("hi", metadata={"a": float("nan")}), "metadata.a is a number out of range"),
-])
+@pytest.mark.parametrize(
+    "execute, reason",
+    [
+        (lambda ctx: ctx.complete("a\x00b"), "parts[0].text contains U+0000"),
+        (lambda ctx: ctx.complete([{"type": "data", "data": deep(65)}]), "nests deeper than 64 levels"),
+        (
+            lambda ctx: ctx.complete([{"type": "data", "data": {"n": 2**70}}]),
+            "parts[0].data.n is an integer out of range",
+        ),
+        (lambda ctx: ctx.complete([{"type": "data", "data": {1: "x"}}]), "member name that is not a string"),
+        (lambda ctx: ctx.artifact("x", artifact_id="a" * 201), "artifact_id is longer than 200 characters"),
+        (lambda ctx: ctx.complete(artifact="x", name="n" * 301), "name is longer than 300 characters"),
+        (lambda ctx: ctx.artifact("x", metadata={"when": object()}), "metadata.when is a object"),
+        (lambda ctx: ctx.reply("hi", metadata={"a": float("nan")}), "metadata.a is a number out of range"),
+    ],
+)
 def test_what_an_executor_reports_that_the_store_cannot_hold_is_an_invalid_response(run_with, execute, reason):
     task, _ = run_with(execute)
     assert task.state == TaskState.FAILED and task.failure == "invalid-response"

@@ -79,6 +79,7 @@ def test_a_worker_runs_four_children_unless_told_otherwise():
 
 # --- database connections of a worker ---------------------------------------------------
 
+
 @pytest.mark.django_db(transaction=True)
 def test_a_healthy_connection_is_kept():
     from django.db import connection

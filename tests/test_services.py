@@ -53,8 +53,9 @@ def test_every_change_appends_one_event_with_the_next_seq(echo_agent, no_enqueue
     task = receive(echo_agent)
     services.task_transition(task_id=task.pk, state=TaskState.WORKING, parts=[{"type": "text", "text": "busy"}])
     services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "1"}])
-    services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "2"}],
-                             append=True, last_chunk=True)
+    services.artifact_append(
+        task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "2"}], append=True, last_chunk=True
+    )
     services.task_transition(task_id=task.pk, state=TaskState.COMPLETED)
     events = list(TaskEvent.objects.filter(task=task).order_by("seq").values_list("seq", "kind"))
     assert events == [(1, "status"), (2, "status"), (3, "artifact"), (4, "artifact"), (5, "status")]
@@ -66,12 +67,20 @@ def test_every_change_appends_one_event_with_the_next_seq(echo_agent, no_enqueue
 
 def test_events_carry_the_whole_change_as_readers_see_it(echo_agent, no_enqueue):
     task = receive(echo_agent)
-    services.artifact_append(task_id=task.pk, artifact_id="a", name="first", parts=[{"type": "text", "text": "1"}],
-                             append=True)
-    services.artifact_append(task_id=task.pk, artifact_id="a", name="ignored", parts=[{"type": "text", "text": "2"}],
-                             append=True, last_chunk=True)
-    services.task_transition(task_id=task.pk, state=TaskState.COMPLETED, parts=[{"type": "text", "text": "done"}],
-                             run_token=task.run_token)
+    services.artifact_append(
+        task_id=task.pk, artifact_id="a", name="first", parts=[{"type": "text", "text": "1"}], append=True
+    )
+    services.artifact_append(
+        task_id=task.pk,
+        artifact_id="a",
+        name="ignored",
+        parts=[{"type": "text", "text": "2"}],
+        append=True,
+        last_chunk=True,
+    )
+    services.task_transition(
+        task_id=task.pk, state=TaskState.COMPLETED, parts=[{"type": "text", "text": "done"}], run_token=task.run_token
+    )
     first, second, done = (e.payload for e in TaskEvent.objects.filter(task=task, seq__gt=1).order_by("seq"))
     assert first["artifact"]["name"] == second["artifact"]["name"] == "first"
     assert second["artifact"]["parts"] == [{"type": "text", "text": "2"}] and second["last_chunk"]
@@ -84,8 +93,9 @@ def test_events_carry_the_whole_change_as_readers_see_it(echo_agent, no_enqueue)
 
 def test_an_artifact_sent_whole_again_replaces_the_stored_one_name_and_all(echo_agent, no_enqueue):
     task = receive(echo_agent)
-    services.artifact_append(task_id=task.pk, artifact_id="a", name="draft", description="first try",
-                             parts=[{"type": "text", "text": "1"}])
+    services.artifact_append(
+        task_id=task.pk, artifact_id="a", name="draft", description="first try", parts=[{"type": "text", "text": "1"}]
+    )
     services.artifact_append(task_id=task.pk, artifact_id="a", parts=[{"type": "text", "text": "2"}])
     artifact = task.artifacts.get()
     # A2A: an artifact update without `append` replaces the artifact with that id, as sent.
@@ -98,9 +108,13 @@ def test_completing_with_an_artifact_writes_both_events_in_order_in_one_transact
     task = receive(echo_agent)
     services.artifact_append(task_id=task.pk, artifact_id="a", name="first", parts=[{"type": "text", "text": "1"}])
     services.task_transition(
-        task_id=task.pk, state=TaskState.COMPLETED, parts=[{"type": "text", "text": "done"}], run_token=task.run_token,
-        artifact=NewArtifact(artifact_id="a", name="ignored", parts=[{"type": "text", "text": "2"}], append=True,
-                             last_chunk=True),
+        task_id=task.pk,
+        state=TaskState.COMPLETED,
+        parts=[{"type": "text", "text": "done"}],
+        run_token=task.run_token,
+        artifact=NewArtifact(
+            artifact_id="a", name="ignored", parts=[{"type": "text", "text": "2"}], append=True, last_chunk=True
+        ),
     )
     chunk, done = (e.payload for e in TaskEvent.objects.filter(task=task, seq__gt=2).order_by("seq"))
     assert chunk["artifact"]["name"] == "first" and chunk["last_chunk"] and chunk["append"]
@@ -117,7 +131,9 @@ def test_completing_with_an_artifact_writes_nothing_when_the_task_is_closed(echo
     services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
     with pytest.raises(TaskClosed):
         services.task_transition(
-            task_id=task.pk, state=TaskState.COMPLETED, run_token=task.run_token,
+            task_id=task.pk,
+            state=TaskState.COMPLETED,
+            run_token=task.run_token,
             artifact=NewArtifact(artifact_id="a", parts=[{"type": "text", "text": "late"}], last_chunk=True),
         )
     task.refresh_from_db()
@@ -203,8 +219,9 @@ def test_a_lost_run_of_a_rerunnable_executor_runs_again_until_the_retries_are_sp
     for attempt in (1, 2):
         Task.objects.filter(pk=task.pk).update(run_claimed_at=long_ago, state="working")
         lost_token = Task.objects.get(pk=task.pk).run_token
-        unclaimed, failed = services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=2,
-                                                      rerunnable={"echo"})
+        unclaimed, failed = services.sweep_stuck_work(
+            unclaimed_after=30, lost_after=600, retries=2, rerunnable={"echo"}
+        )
         task.refresh_from_db()
         assert failed == 0 and unclaimed == [(task.pk, task.run_token)]
         assert task.run_token != lost_token and task.run_claimed_at is None and task.run_retries == attempt
@@ -221,8 +238,7 @@ def test_a_lost_run_of_a_rerunnable_executor_runs_again_until_the_retries_are_sp
 
 def test_each_run_of_a_task_has_its_own_allowance_of_re_runs(writer_agent, no_enqueue):
     task = receive(writer_agent, "write")
-    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1),
-                                           state="working")
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1), state="working")
     services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=1, rerunnable={"writer"})
     assert Task.objects.get(pk=task.pk).run_retries == 1  # the first run's allowance is spent
     Task.objects.filter(pk=task.pk).update(state="input-required", run_claimed_at=timezone.now())
@@ -233,8 +249,7 @@ def test_each_run_of_a_task_has_its_own_allowance_of_re_runs(writer_agent, no_en
 
 def test_a_lost_run_of_an_executor_not_declared_rerunnable_fails_at_once(echo_agent, no_enqueue):
     task = receive(echo_agent)
-    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1),
-                                           state="working")
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timezone.timedelta(hours=1), state="working")
     assert services.sweep_stuck_work(unclaimed_after=30, lost_after=600, retries=2, rerunnable=set())[1] == 1
     task.refresh_from_db()
     assert task.failure == "worker-lost" and task.run_retries == 0
@@ -246,8 +261,9 @@ def test_the_built_in_executors_declare_themselves_safe_to_run_again():
     assert all(REGISTRY[name].rerunnable for name in ("echo", "writer", "conformance"))
 
 
-def test_a_message_whose_parts_are_not_in_the_canonical_form_is_refused_before_anything_is_stored(echo_agent,
-                                                                                                   no_enqueue):
+def test_a_message_whose_parts_are_not_in_the_canonical_form_is_refused_before_anything_is_stored(
+    echo_agent, no_enqueue
+):
     from tasks_app.errors import InvalidParams
 
     message = NewMessage(message_id="m", role="user", parts=[{"text": "no type"}])

@@ -18,7 +18,12 @@ def production_settings(**env: str) -> dict:
         "print(json.dumps({'db': settings.DATABASES['default']}, default=str))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
         env={**clean, "DJANGO_SETTINGS_MODULE": "agentserver.settings", **env},
     )
     return json.loads(out.stdout)

@@ -40,20 +40,29 @@ def _events(lines: list[str]) -> list[tuple[int, dict]]:
     ids = [int(line[3:]) for line in lines if line.startswith("id:")]
     data = [orjson.loads(line[5:]) for line in lines if line.startswith("data:")]
     assert len(ids) == len(data) and all("result" in d for d in data), lines
-    return list(zip(ids, (d["result"] for d in data)))
+    return list(zip(ids, (d["result"] for d in data), strict=True))
 
 
 def _start(live, name: str, command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, Path]:
     log = live.logs / f"{name}.log"
-    proc = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT, env={**live.env, **env},
-                            stdout=open(log, "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *command],
+        cwd=ROOT,
+        env={**live.env, **env},
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
     return proc, log
 
 
 def _daphne(live, env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
     port = _free_port()
-    proc, log = _start(live, f"shutdown-web-{port}",
-                       ["daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"], env)
+    proc, log = _start(
+        live,
+        f"shutdown-web-{port}",
+        ["daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
+        env,
+    )
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
@@ -67,8 +76,24 @@ def _daphne(live, env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
 
 
 def _worker(live, env: dict[str, str], name: str) -> tuple[subprocess.Popen, Path]:
-    proc, log = _start(live, name, ["celery", "-A", "agentserver", "worker", "-l", "info", "--concurrency", "2",
-                                    "--without-gossip", "--without-mingle", "--without-heartbeat"], env)
+    proc, log = _start(
+        live,
+        name,
+        [
+            "celery",
+            "-A",
+            "agentserver",
+            "worker",
+            "-l",
+            "info",
+            "--concurrency",
+            "2",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        env,
+    )
     _wait_for(lambda: "ready." in log.read_text(errors="replace"), 30, "the worker", live.logs)
     return proc, log
 
@@ -91,17 +116,27 @@ def own_daphne(live, stopped_at_the_end):
 
 
 def test_sigterm_ends_streams_with_a_last_word_finishes_requests_in_flight_and_stops_listening(
-        live, own_daphne, tenant, alice_key):
+    live, own_daphne, tenant, alice_key
+):
     proc, base, log = own_daphne
     make_agent(tenant, "longwriter", "writer", settings={"delay": 0.3, "paragraphs": 6})  # ~2.4 s a run
 
     streamed: list[str] = []
-    streaming = threading.Thread(target=_sse_lines, args=(
-        base, _rpc("SendStreamingMessage", {"message": user_message("a poem about tides")}), alice_key, streamed))
+    streaming = threading.Thread(
+        target=_sse_lines,
+        args=(base, _rpc("SendStreamingMessage", {"message": user_message("a poem about tides")}), alice_key, streamed),
+    )
     answered: list[httpx.Response] = []
-    blocking = threading.Thread(target=lambda: answered.append(httpx.post(
-        f"{base}{PATH}", json=_rpc("SendMessage", {"message": user_message("a poem about the sea")}),
-        headers=_headers(alice_key), timeout=30)))
+    blocking = threading.Thread(
+        target=lambda: answered.append(
+            httpx.post(
+                f"{base}{PATH}",
+                json=_rpc("SendMessage", {"message": user_message("a poem about the sea")}),
+                headers=_headers(alice_key),
+                timeout=30,
+            )
+        )
+    )
     streaming.start()
     blocking.start()
     _wait_for(lambda: any(line.startswith("id: 3") for line in streamed), 15, "the stream's first events", live.logs)
@@ -125,7 +160,9 @@ def test_sigterm_ends_streams_with_a_last_word_finishes_requests_in_flight_and_s
     before = _events(streamed)
     task_id = before[0][1]["task"]["id"]
     rest: list[str] = []
-    _sse_lines(live.url, _rpc("SubscribeToTask", {"id": task_id}), alice_key, rest, **{"Last-Event-ID": str(before[-1][0])})
+    _sse_lines(
+        live.url, _rpc("SubscribeToTask", {"id": task_id}), alice_key, rest, **{"Last-Event-ID": str(before[-1][0])}
+    )
     after = [(seq, result) for seq, result in _events(rest) if "task" not in result]
     seqs = [seq for seq, _ in before + after]
     assert seqs == list(range(1, seqs[-1] + 1))
@@ -137,9 +174,14 @@ def test_a_request_that_reaches_a_draining_process_is_told_to_come_back(live, ow
     make_agent(tenant, "longwriter", "writer", settings={"delay": 0.3, "paragraphs": 6})
     with httpx.Client(base_url=base, headers=_headers(alice_key), timeout=30) as client:
         assert client.get("/healthz").status_code == 200  # the connection is open before the drain
-        blocking = threading.Thread(target=lambda: httpx.post(
-            f"{base}{PATH}", json=_rpc("SendMessage", {"message": user_message("a poem about the moon")}),
-            headers=_headers(alice_key), timeout=30))
+        blocking = threading.Thread(
+            target=lambda: httpx.post(
+                f"{base}{PATH}",
+                json=_rpc("SendMessage", {"message": user_message("a poem about the moon")}),
+                headers=_headers(alice_key),
+                timeout=30,
+            )
+        )
         blocking.start()
         time.sleep(0.5)
         proc.send_signal(signal.SIGTERM)
@@ -161,8 +203,14 @@ def test_a_second_sigterm_stops_at_once(live, own_daphne, tenant, alice_key):
 
     def send() -> None:
         try:
-            outcome.append(httpx.post(f"{base}{PATH}", json=_rpc("SendMessage", {"message": user_message("a poem about waves")}),
-                                      headers=_headers(alice_key), timeout=30))
+            outcome.append(
+                httpx.post(
+                    f"{base}{PATH}",
+                    json=_rpc("SendMessage", {"message": user_message("a poem about waves")}),
+                    headers=_headers(alice_key),
+                    timeout=30,
+                )
+            )
         except httpx.HTTPError as exc:
             outcome.append(exc)
 
@@ -180,7 +228,8 @@ def test_a_second_sigterm_stops_at_once(live, own_daphne, tenant, alice_key):
 
 
 def test_sigterm_to_a_worker_finishes_the_runs_it_began_and_hands_back_the_rest(
-        live, tenant, alice_key, stopped_at_the_end):
+    live, tenant, alice_key, stopped_at_the_end
+):
     from tasks_app.models import Task
 
     make_agent(tenant, "longwriter", "writer", settings={"delay": 0.3, "paragraphs": 6})
@@ -190,10 +239,15 @@ def test_sigterm_to_a_worker_finishes_the_runs_it_began_and_hands_back_the_rest(
     stopped_at_the_end.extend([web, first])
     ids = []
     for n in range(8):
-        body = _rpc("SendMessage", {"message": user_message(f"a poem about tide {n}"),
-                                    "configuration": {"returnImmediately": True}})
-        ids.append(httpx.post(f"{base}{PATH}", json=body, headers=_headers(alice_key), timeout=10).json()
-                   ["result"]["task"]["id"])
+        body = _rpc(
+            "SendMessage",
+            {"message": user_message(f"a poem about tide {n}"), "configuration": {"returnImmediately": True}},
+        )
+        ids.append(
+            httpx.post(f"{base}{PATH}", json=body, headers=_headers(alice_key), timeout=10).json()["result"]["task"][
+                "id"
+            ]
+        )
     _wait_for(lambda: Task.objects.filter(pk__in=ids, state="working").count() == 2, 10, "two runs", live.logs)
     _wait_for(lambda: first_log.read_text().count("] received") == 8, 10, "all eight taken", live.logs)
 

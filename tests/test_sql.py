@@ -14,15 +14,26 @@ import pytest
 from django.forms.models import model_to_dict
 
 from registry.selectors import Principal
-from tasks_app import sql, services
+from tasks_app import services, sql
 from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.models import Artifact, Message, StatusChange, Task, TaskEvent
 
 pytestmark = pytest.mark.django_db
 ALICE = Principal(name="alice", api_key_id=1)
 # Differ between any two runs by nature: keys, times, and the agent messages' generated ids.
-VARYING = {"id", "task", "created_at", "updated_at", "timestamp", "status_timestamp", "run_requested_at",
-           "run_claimed_at", "run_token", "status_message", "message"}
+VARYING = {
+    "id",
+    "task",
+    "created_at",
+    "updated_at",
+    "timestamp",
+    "status_timestamp",
+    "run_requested_at",
+    "run_claimed_at",
+    "run_token",
+    "status_message",
+    "message",
+}
 GENERATED = r"00000000-0000-0000-0000-[0-9a-f]{12}"
 
 
@@ -30,19 +41,45 @@ def _run_one_exchange(agent, monkeypatch, *, through_sql: bool, task_id: uuid.UU
     monkeypatch.setattr(sql, "available", lambda: through_sql)
     counter = itertools.count()
     monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=next(counter)))  # the same generated ids on both paths
-    message = NewMessage(message_id="m-1", role="user", context_id="ctx", parts=[{"type": "text", "text": "hi"}],
-                         metadata={"k": [1, "two"]}, extensions=["urn:x"], reference_task_ids=["t-0"])
-    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, accepted_output_modes=["text/plain"],
-                                       metadata={"m": 1}, new_task_id=task_id)
+    message = NewMessage(
+        message_id="m-1",
+        role="user",
+        context_id="ctx",
+        parts=[{"type": "text", "text": "hi"}],
+        metadata={"k": [1, "two"]},
+        extensions=["urn:x"],
+        reference_task_ids=["t-0"],
+    )
+    task, _ = services.message_receive(
+        agent=agent,
+        principal=ALICE,
+        message=message,
+        accepted_output_modes=["text/plain"],
+        metadata={"m": 1},
+        new_task_id=task_id,
+    )
     token = Task.objects.get(pk=task_id).run_token
     assert services.run_start(task_id=task_id, run_token=token) is not None
-    services.task_transition(task_id=task_id, state="working", parts=[{"type": "text", "text": "on it"}], run_token=token)
-    artifact = services.artifact_append(task_id=task_id, parts=[{"type": "text", "text": "a"}], name="out",
-                                        metadata={"n": 1}, run_token=token)
-    services.artifact_append(task_id=task_id, parts=[{"type": "text", "text": "b"}], artifact_id=artifact,
-                             append=True, last_chunk=True, run_token=token)
-    services.task_transition(task_id=task_id, state="completed", run_token=token,
-                             artifact=NewArtifact(artifact_id="final-1", parts=[{"type": "data", "data": {"x": 1}}], name="final"))
+    services.task_transition(
+        task_id=task_id, state="working", parts=[{"type": "text", "text": "on it"}], run_token=token
+    )
+    artifact = services.artifact_append(
+        task_id=task_id, parts=[{"type": "text", "text": "a"}], name="out", metadata={"n": 1}, run_token=token
+    )
+    services.artifact_append(
+        task_id=task_id,
+        parts=[{"type": "text", "text": "b"}],
+        artifact_id=artifact,
+        append=True,
+        last_chunk=True,
+        run_token=token,
+    )
+    services.task_transition(
+        task_id=task_id,
+        state="completed",
+        run_token=token,
+        artifact=NewArtifact(artifact_id="final-1", parts=[{"type": "data", "data": {"x": 1}}], name="final"),
+    )
     return Task.objects.get(pk=task_id)
 
 
@@ -56,7 +93,9 @@ def _rows(task: Task) -> dict[str, Any]:
     rows = {
         "task": plain(task),
         "messages": [plain(m) for m in Message.objects.filter(task=task).order_by("pk")],
-        "status changes": [(plain(s), s.message_id is not None) for s in StatusChange.objects.filter(task=task).order_by("pk")],
+        "status changes": [
+            (plain(s), s.message_id is not None) for s in StatusChange.objects.filter(task=task).order_by("pk")
+        ],
         "artifacts": [plain(a) for a in Artifact.objects.filter(task=task).order_by("pk")],
         "events": [_without_times(plain(e)) for e in TaskEvent.objects.filter(task=task).order_by("seq")],
     }

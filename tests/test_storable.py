@@ -5,7 +5,8 @@ import json
 
 import orjson
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tasks_app import storable
 from tasks_app.storable import MAX_DEPTH, Malformed, Refused, check, check_text, loads
@@ -25,6 +26,7 @@ def refusal(value, **kwargs) -> Refused:
 
 
 # --- parsing ---------------------------------------------------------------------------
+
 
 def test_a_body_that_is_not_utf8_is_malformed_and_says_where():
     with pytest.raises(Malformed, match=r"the body is not UTF-8 \(byte 7 is 0xff\)"):
@@ -51,7 +53,7 @@ def test_nesting_past_the_parsers_own_limit_is_read_to_the_limit_and_refused_the
 
 
 def test_a_body_past_the_parsers_limit_keeps_its_shallow_members_whatever_the_strings_hold():
-    deep = b'["[{\\\"]", {"k]": ' * 3_000 + b"0" + b"}]" * 3_000
+    deep = b'["[{\\"]", {"k]": ' * 3_000 + b"0" + b"}]" * 3_000
     value = loads(b'{"a": "]]}", "deep": ' + deep + b', "id": 7, "b": ["{"]}')
     assert (value["a"], value["id"], value["b"]) == ("]]}", 7, ["{"])
     assert refusal(value).path[0] == "deep"
@@ -65,15 +67,23 @@ def test_a_body_past_the_parsers_limit_that_is_not_json_near_the_top_is_malforme
 
 
 @settings(max_examples=200, deadline=None)
-@given(shallow=st.recursive(st.none() | st.integers() | st.text("[]{}\\\"ab"), lambda inner: st.lists(inner, max_size=3)
-                            | st.dictionaries(st.text("[]{}\\\"ab", max_size=3), inner, max_size=3), max_leaves=10),
-       depth=st.integers(10_000, 30_000))  # past the parser even with the recursion limit hypothesis raises
+@given(
+    shallow=st.recursive(
+        st.none() | st.integers() | st.text('[]{}\\"ab'),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text('[]{}\\"ab', max_size=3), inner, max_size=3)
+        ),
+        max_leaves=10,
+    ),
+    depth=st.integers(10_000, 30_000),
+)  # past the parser even with the recursion limit hypothesis raises
 def test_reading_past_the_parsers_limit_agrees_with_reading_a_body_it_can_take(shallow, depth):
     # A body the parser gives up on reads as the body cut at the limit would: everything
     # above the limit kept, the first level past it `[]`, which `check` refuses there.
     def body(levels):
         text = json.dumps({"before": shallow, "deep": "@", "after": shallow})
         return text.replace('"@"', "[" * levels + "]" * levels).encode()
+
     whole, cut = loads(body(MAX_DEPTH)), loads(body(depth))
     assert whole == cut
     assert refusal(whole).path == refusal(cut).path
@@ -93,6 +103,7 @@ def test_an_integer_literal_too_long_for_64_bits_is_refused_whatever_its_length(
 
 # --- the rules -------------------------------------------------------------------------
 
+
 def test_nesting_up_to_the_limit_is_held_and_one_level_more_is_refused():
     check(nested(MAX_DEPTH))
     error = refusal(nested(MAX_DEPTH + 1), where="data")
@@ -106,9 +117,14 @@ def test_the_depth_a_value_starts_at_counts():
         check(nested(MAX_DEPTH - 3), depth=5)
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("a\x00b", "U+0000"), ("\ud800", "a lone surrogate (U+D800)"), ("x\udfff", "a lone surrogate (U+DFFF)"),
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("a\x00b", "U+0000"),
+        ("\ud800", "a lone surrogate (U+D800)"),
+        ("x\udfff", "a lone surrogate (U+DFFF)"),
+    ],
+)
 def test_strings_postgres_cannot_hold_are_refused(text, shown):
     assert str(refusal({"a": [text]})) == f"a[0] contains {shown}, which this server does not accept"
     assert str(refusal({text: 1}, where="metadata")) == (
@@ -125,12 +141,15 @@ def test_numbers_within_range_are_held(number):
     check({"n": number})
 
 
-@pytest.mark.parametrize("number, rule", [
-    (2**64, "is an integer out of range (at most 64 bits)"),
-    (-(2**63) - 1, "is an integer out of range (at most 64 bits)"),
-    (float("inf"), "is a number out of range"),
-    (float("nan"), "is a number out of range"),
-])
+@pytest.mark.parametrize(
+    "number, rule",
+    [
+        (2**64, "is an integer out of range (at most 64 bits)"),
+        (-(2**63) - 1, "is an integer out of range (at most 64 bits)"),
+        (float("inf"), "is a number out of range"),
+        (float("nan"), "is a number out of range"),
+    ],
+)
 def test_numbers_out_of_range_are_refused(number, rule):
     assert str(refusal({"n": number})) == f"n {rule}"
 
@@ -160,7 +179,10 @@ def test_a_value_quoted_in_a_message_is_cut_short():
 # --- what passes can be written back -----------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
     max_leaves=30,
@@ -186,10 +208,17 @@ def test_a_raw_control_character_in_a_string_is_not_json():
 
 # Values with everything the rules refuse, at any depth.
 hostile_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(st.characters(codec=None))
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats()
+    | st.text(st.characters(codec=None))
     | st.sampled_from(["\x00", "\ud800", "a\udfffb", 2**64, float("nan")]),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=3), children, max_size=3)
-    | st.builds(lambda v: nested(MAX_DEPTH, v), children),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(max_size=3), children, max_size=3)
+        | st.builds(lambda v: nested(MAX_DEPTH, v), children)
+    ),
     max_leaves=20,
 )
 

@@ -4,7 +4,6 @@ it decides exactly when each event is committed."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +38,15 @@ class Frame:
 class SseCall:
     """One POST to the application, read frame by frame as a client would."""
 
-    def __init__(self, method: str, params: dict, *, key: str | None = None, last_event_id: str | None = None,
-                 path: str = "/agents/acme/echo/") -> None:
+    def __init__(
+        self,
+        method: str,
+        params: dict,
+        *,
+        key: str | None = None,
+        last_event_id: str | None = None,
+        path: str = "/agents/acme/echo/",
+    ) -> None:
         from agentserver.asgi import application
 
         headers = [(b"content-type", b"application/json"), (b"a2a-version", b"1.0"), (b"host", b"testserver")]
@@ -49,9 +55,16 @@ class SseCall:
         if last_event_id is not None:
             headers.append((b"last-event-id", last_event_id.encode()))
         scope = {
-            "type": "http", "http_version": "1.1", "method": "POST", "scheme": "http", "path": path,
-            "raw_path": path.encode(), "query_string": b"", "headers": headers,
-            "server": ("testserver", 80), "client": ("127.0.0.1", 50000),
+            "type": "http",
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "headers": headers,
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 50000),
         }
         self.body = orjson.dumps({"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
         self.communicator = ApplicationCommunicator(application, scope)
@@ -129,6 +142,7 @@ def subscribe(task, key, **kw) -> SseCall:
 
 # --- SubscribeToTask --------------------------------------------------------------------
 
+
 def test_a_subscriber_gets_the_task_first_then_each_event_as_it_is_committed(held_task, alice_key):
     async def scenario():
         call = subscribe(held_task, alice_key)
@@ -137,8 +151,9 @@ def test_a_subscriber_gets_the_task_first_then_each_event_as_it_is_committed(hel
         await agent_writes(task_id=held_task.pk, state=TaskState.WORKING, parts=[{"type": "text", "text": "on it"}])
         working = await call.event()
         await chunk_writes(task_id=held_task.pk, parts=[{"type": "text", "text": "a"}], artifact_id="out", append=True)
-        await chunk_writes(task_id=held_task.pk, parts=[{"type": "text", "text": "b"}], artifact_id="out",
-                           append=True, last_chunk=True)
+        await chunk_writes(
+            task_id=held_task.pk, parts=[{"type": "text", "text": "b"}], artifact_id="out", append=True, last_chunk=True
+        )
         await agent_writes(task_id=held_task.pk, state=TaskState.COMPLETED)
         return status, headers, first, working, await call.rest()
 
@@ -151,7 +166,8 @@ def test_a_subscriber_gets_the_task_first_then_each_event_as_it_is_committed(hel
     assert [f.id for f in rest] == [3, 4, 5]
     chunks = [f.result["artifactUpdate"] for f in rest[:2]]
     assert [(c["artifact"]["parts"][0]["text"], c["append"], c["lastChunk"]) for c in chunks] == [
-        ("a", True, False), ("b", True, True),
+        ("a", True, False),
+        ("b", True, True),
     ]
     assert state(rest[2]) == "TASK_STATE_COMPLETED"  # and then the response ended
 
@@ -165,7 +181,9 @@ def test_a_subscription_outlasts_an_input_request_and_ends_when_the_task_is_over
         return await call.rest()
 
     assert [state(f) for f in run(scenario())] == [
-        "TASK_STATE_SUBMITTED", "TASK_STATE_INPUT_REQUIRED", "TASK_STATE_CANCELED",
+        "TASK_STATE_SUBMITTED",
+        "TASK_STATE_INPUT_REQUIRED",
+        "TASK_STATE_CANCELED",
     ]
 
 
@@ -179,7 +197,9 @@ def test_a_reconnect_with_last_event_id_gets_exactly_the_events_it_missed(held_t
         await first.disconnect()
         # Missed while away: three chunks. Then the client comes back, then the task ends.
         for text in "xyz":
-            await chunk_writes(task_id=held_task.pk, parts=[{"type": "text", "text": text}], artifact_id="o", append=True)
+            await chunk_writes(
+                task_id=held_task.pk, parts=[{"type": "text", "text": text}], artifact_id="o", append=True
+            )
         again = subscribe(held_task, alice_key, last_event_id=str(seen[-1].id))
         await again.start()
         missed = [await again.event() for _ in range(3)]
@@ -216,7 +236,9 @@ def test_two_subscribers_each_get_every_event_in_order_from_one_read_per_wake_up
             await call.event()
         reads.clear()
         for text in "abc":
-            await chunk_writes(task_id=held_task.pk, parts=[{"type": "text", "text": text}], artifact_id="o", append=True)
+            await chunk_writes(
+                task_id=held_task.pk, parts=[{"type": "text", "text": text}], artifact_id="o", append=True
+            )
             for call in calls:
                 await call.event()
         await agent_writes(task_id=held_task.pk, state=TaskState.COMPLETED)
@@ -261,6 +283,7 @@ def test_a_client_that_leaves_frees_its_stream_feed_and_hint_registration(held_t
 
 # --- what is refused before a stream opens (plain JSON-RPC answers) ------------------------
 
+
 def _refusal(call: SseCall) -> dict[str, Any]:
     async def scenario():
         status, headers = await call.start()
@@ -273,8 +296,10 @@ def _refusal(call: SseCall) -> dict[str, Any]:
 
 
 def test_subscribing_to_an_unknown_task_is_task_not_found(echo_agent, alice_key):
-    assert _refusal(SseCall("SubscribeToTask", {"id": "4c9c5d3e-0000-4000-8000-000000000000"}, key=alice_key))[
-        "code"] == -32001
+    assert (
+        _refusal(SseCall("SubscribeToTask", {"id": "4c9c5d3e-0000-4000-8000-000000000000"}, key=alice_key))["code"]
+        == -32001
+    )
 
 
 def test_subscribing_to_another_callers_task_is_task_not_found(held_task, bob_key):
@@ -306,12 +331,17 @@ def test_streaming_methods_need_the_api_key_like_any_other(held_task):
 
 # --- SendStreamingMessage ---------------------------------------------------------------
 
+
 def test_send_streaming_message_streams_the_echo_task_to_its_end(echo_agent, alice_key):
     """Celery runs eagerly in-process here: the agent has finished before the stream reads,
     so everything comes from the log, in order."""
+
     async def scenario():
-        call = SseCall("SendStreamingMessage", {"message": {"messageId": "m", "role": "ROLE_USER",
-                                                            "parts": [{"text": "ping"}]}}, key=alice_key)
+        call = SseCall(
+            "SendStreamingMessage",
+            {"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ping"}]}},
+            key=alice_key,
+        )
         await call.start()
         return await call.rest()
 
@@ -323,9 +353,11 @@ def test_send_streaming_message_streams_the_echo_task_to_its_end(echo_agent, ali
 
 def test_a_bare_message_reply_is_the_whole_stream(conformance_agent):
     async def scenario():
-        call = SseCall("SendStreamingMessage", {"message": {"messageId": "tck-message-response-1", "role": "ROLE_USER",
-                                                            "parts": [{"text": "hi"}]}},
-                       path="/agents/acme/conformance/")
+        call = SseCall(
+            "SendStreamingMessage",
+            {"message": {"messageId": "tck-message-response-1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}},
+            path="/agents/acme/conformance/",
+        )
         await call.start()
         return await call.rest()
 
@@ -339,10 +371,14 @@ def test_a_streaming_send_takes_an_inline_push_config_too(echo_agent, alice_key,
     inline = {"id": "inline", "url": "http://127.0.0.1:9/hook"}
 
     async def scenario():
-        call = SseCall("SendStreamingMessage", {
-            "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ping"}]},
-            "configuration": {"taskPushNotificationConfig": inline},
-        }, key=alice_key)
+        call = SseCall(
+            "SendStreamingMessage",
+            {
+                "message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "ping"}]},
+                "configuration": {"taskPushNotificationConfig": inline},
+            },
+            key=alice_key,
+        )
         await call.start()
         return await call.rest()
 

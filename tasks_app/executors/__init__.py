@@ -1,7 +1,7 @@
 """Built-in executors register themselves on import."""
 
-from .base import REGISTRY, AgentContext, Executor, register
 from . import conformance, echo, writer  # noqa: F401,E402  (registration side effect)
+from .base import REGISTRY, AgentContext, Executor, register
 
 
 def executor_for(name: str) -> Executor | None:

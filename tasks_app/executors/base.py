@@ -8,9 +8,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from .. import media
+from .. import media, selectors, services
 from .. import parts as P
-from .. import selectors, services
 from ..domain import MessageView, NewArtifact
 from ..errors import TaskClosed
 from ..lifecycle import SETTLED, TERMINAL, Role, TaskState
@@ -53,7 +52,11 @@ class AgentContext:
 
     def _move(self, state: str, content: Content, reason: str = "", artifact: NewArtifact | None = None) -> None:
         services.task_transition(
-            task_id=self.task_id, state=state, parts=P.coerce(content), reason=reason, run_token=self.run_token,
+            task_id=self.task_id,
+            state=state,
+            parts=P.coerce(content),
+            reason=reason,
+            run_token=self.run_token,
             artifact=artifact,
         )
         self.settled = state in SETTLED
@@ -74,8 +77,14 @@ class AgentContext:
     ) -> str:
         """Add an artifact (or, with append=True and the same artifact_id, a chunk of one)."""
         return services.artifact_append(
-            task_id=self.task_id, parts=P.coerce(parts), artifact_id=artifact_id, name=name,
-            description=description, metadata=metadata, append=append, last_chunk=last_chunk,
+            task_id=self.task_id,
+            parts=P.coerce(parts),
+            artifact_id=artifact_id,
+            name=name,
+            description=description,
+            metadata=metadata,
+            append=append,
+            last_chunk=last_chunk,
             run_token=self.run_token,
         )
 
@@ -86,7 +95,12 @@ class AgentContext:
         self._move(TaskState.AUTH_REQUIRED, msg)
 
     def complete(
-        self, msg: Content = None, *, artifact: Content = None, name: str = "", artifact_id: str | None = None,
+        self,
+        msg: Content = None,
+        *,
+        artifact: Content = None,
+        name: str = "",
+        artifact_id: str | None = None,
         append: bool = False,
     ) -> None:
         """Complete the task. With `artifact`, first add it (as `artifact()` would, as its
@@ -95,8 +109,11 @@ class AgentContext:
         result = None
         if artifact is not None:
             result = NewArtifact(
-                artifact_id=artifact_id or str(uuid.uuid4()), parts=P.coerce(artifact), name=name,
-                append=append, last_chunk=True,
+                artifact_id=artifact_id or str(uuid.uuid4()),
+                parts=P.coerce(artifact),
+                name=name,
+                append=append,
+                last_chunk=True,
             )
         self._move(TaskState.COMPLETED, msg, artifact=result)
 

@@ -29,6 +29,7 @@ def _artifact_then_complete(parts: list[P.Part], name: str):
     def run(ctx: AgentContext) -> None:
         ctx.artifact(parts, name=name)
         ctx.complete()
+
     return run
 
 
@@ -37,6 +38,7 @@ def _stream_then_complete(parts: list[P.Part], name: str):
         ctx.working()
         ctx.artifact(parts, name=name, last_chunk=True)
         ctx.complete()
+
     return run
 
 

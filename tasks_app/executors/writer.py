@@ -48,7 +48,9 @@ class WriterExecutor(Executor):
         delay = float(ctx.settings.get("delay", 0.2))
         topic, form = _topic_and_form(ctx.user_texts)
         if not topic or not form:
-            missing = " and ".join(x for x, ok in (("a topic ('about …')", topic), (f"a form ({', '.join(FORMS)})", form)) if not ok)
+            missing = " and ".join(
+                x for x, ok in (("a topic ('about …')", topic), (f"a form ({', '.join(FORMS)})", form)) if not ok
+            )
             ctx.require_input(f"What should I write? Please give {missing}.")
             return
         ctx.working(f"Planning a {form} about {topic}.")
@@ -61,8 +63,12 @@ class WriterExecutor(Executor):
                 return
             time.sleep(delay)
             artifact_id = ctx.artifact(
-                chunk, artifact_id=artifact_id, name=f"{form}.txt", description=f"A {form} about {topic}",
-                append=i > 0, last_chunk=i == len(chunks) - 1,
+                chunk,
+                artifact_id=artifact_id,
+                name=f"{form}.txt",
+                description=f"A {form} about {topic}",
+                append=i > 0,
+                last_chunk=i == len(chunks) - 1,
             )
         words = sum(len(c.split()) for c in chunks)
         ctx.complete(f"Done: a {form} about {topic}, {words} words.")

@@ -10,11 +10,11 @@ import base64
 import binascii
 import functools
 import re
-from datetime import datetime, timezone
-from typing import Any, Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from push.domain import PushConfigInput, PushConfigView
-
 from tasks_app import parts as P
 from tasks_app import storable
 from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
@@ -34,13 +34,22 @@ _STATE_TO_WIRE = {
     TaskState.REJECTED: "TASK_STATE_REJECTED",
 }
 _WIRE_TO_STATE = {v: k for k, v in _STATE_TO_WIRE.items() if k != TaskState.AWAITING_COMPLETION}
-_STATE_NUMBERS = {1: "submitted", 2: "working", 3: "completed", 4: "failed", 5: "canceled",
-                  6: "input-required", 7: "rejected", 8: "auth-required"}
+_STATE_NUMBERS = {
+    1: "submitted",
+    2: "working",
+    3: "completed",
+    4: "failed",
+    5: "canceled",
+    6: "input-required",
+    7: "rejected",
+    8: "auth-required",
+}
 _ROLES = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
 _ROLE_TO_WIRE = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
 
 
 # --- fields ----------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=256)  # called with our own field names, a fixed set
 def _snake(camel: str) -> str:
@@ -57,8 +66,9 @@ def get(obj: dict, camel: str) -> Any:
 
 # --- scalars ---------------------------------------------------------------------------
 
+
 def timestamp(value: datetime) -> str:
-    value = value.astimezone(timezone.utc)
+    value = value.astimezone(UTC)
     return value.strftime("%Y-%m-%dT%H:%M:%S.") + f"{value.microsecond // 1000:03d}Z"
 
 
@@ -70,12 +80,12 @@ def parse_timestamp(value: Any, where: str) -> datetime:
     except ValueError:
         raise InvalidParams(f"{where} is not an RFC 3339 timestamp: {storable.brief(value)}") from None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
     return parsed
 
 
 def state_to_wire(state: str) -> str:
-    return _STATE_TO_WIRE[state]
+    return _STATE_TO_WIRE[TaskState(state)]
 
 
 def parse_state(value: Any, where: str) -> str:
@@ -119,8 +129,9 @@ def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
 
 
 def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
-    return _typed(obj, key, where, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-                  "a list of strings", [])
+    return _typed(
+        obj, key, where, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings", []
+    )
 
 
 def opt_bool(obj: dict, key: str, where: str) -> bool | None:
@@ -152,6 +163,7 @@ def opt_int(obj: dict, key: str, where: str, *, minimum: int = INT32_MIN, maximu
 
 
 # --- parts -----------------------------------------------------------------------------
+
 
 def decode_part(obj: Any, where: str) -> P.Part:
     if not isinstance(obj, dict):
@@ -213,6 +225,7 @@ def encode_part(part: P.Part) -> dict[str, Any]:
 
 # --- messages, tasks, artifacts ---------------------------------------------------------
 
+
 def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
     if not isinstance(obj, dict):
         raise InvalidParams(f"{where} must be an object")
@@ -241,7 +254,7 @@ def encode_message(m: MessageView) -> dict[str, Any]:
         "messageId": m.message_id,
         "contextId": m.context_id,
         "taskId": m.task_id,
-        "role": _ROLE_TO_WIRE[m.role],
+        "role": _ROLE_TO_WIRE[Role(m.role)],
         "parts": [encode_part(p) for p in m.parts],
     }
     if m.metadata:
@@ -326,6 +339,7 @@ def encode_event(task_id: str, context_id: str, kind: str, payload: dict[str, An
 
 # --- push notification configs ----------------------------------------------------------
 
+
 def decode_push_config(obj: Any, where: str) -> PushConfigInput:
     """A TaskPushNotificationConfig (its taskId, where present, is the caller's business)."""
     if not isinstance(obj, dict):
@@ -349,6 +363,8 @@ def encode_push_config(c: PushConfigView) -> dict[str, Any]:
     if c.token:
         out["token"] = c.token
     if c.auth_scheme:
-        out["authentication"] = {"scheme": c.auth_scheme, **({"credentials": c.auth_credentials}
-                                                              if c.auth_credentials else {})}
+        out["authentication"] = {
+            "scheme": c.auth_scheme,
+            **({"credentials": c.auth_credentials} if c.auth_credentials else {}),
+        }
     return out

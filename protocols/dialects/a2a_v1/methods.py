@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from push import selectors as push_selectors, services as push_services
+from push import selectors as push_selectors
+from push import services as push_services
 from tasks_app import dbcalls, selectors, services, storable
 from tasks_app.domain import MessageView, TaskView
 from tasks_app.errors import ExtendedAgentCardNotConfigured, TaskNotFound, UnsupportedOperation
@@ -33,6 +34,7 @@ def _required_id(params: dict, key: str = "id") -> str:
 def _answer(answer: exchange.Answer) -> dict[str, Any]:
     if answer.reply is not None:
         return {"message": codec.encode_bare_message(answer.reply)}
+    assert answer.task is not None  # an answer is the one or the other
     return {"task": codec.encode_task(answer.task)}
 
 
@@ -113,9 +115,15 @@ async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
     def read() -> dict[str, Any]:
         views, next_token, total = selectors.task_list(
-            agent=call.agent, principal=call.principal, context_id=context_id, state=state,
-            status_after=after, page_size=page_size, page_token=page_token,
-            history_length=history_length, include_artifacts=include_artifacts,
+            agent=call.agent,
+            principal=call.principal,
+            context_id=context_id,
+            state=state,
+            status_after=after,
+            page_size=page_size,
+            page_token=page_token,
+            history_length=history_length,
+            include_artifacts=include_artifacts,
         )
         return {
             "tasks": [codec.encode_task(v, include_artifacts=include_artifacts) for v in views],
@@ -132,7 +140,9 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
     def cancel() -> dict[str, Any]:
         task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
-        return codec.encode_task(exchange.answer_for(task.pk, None, as_reply=False).task)
+        view = exchange.answer_for(task.pk, None, as_reply=False).task
+        assert view is not None  # not as a reply: always the task
+        return codec.encode_task(view)
 
     return await dbcalls.run(cancel)
 
@@ -144,8 +154,7 @@ async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, An
     await exchange.push_config_check(config)
 
     def create() -> dict[str, Any]:
-        stored = push_services.config_create(agent=call.agent, principal=call.principal, task_id=task_id,
-                                             config=config)
+        stored = push_services.config_create(agent=call.agent, principal=call.principal, task_id=task_id, config=config)
         return codec.encode_push_config(push_selectors.config_view(stored))
 
     return await dbcalls.run(create)
@@ -156,8 +165,11 @@ async def get_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     task_id, config_id = _required_id(params, "taskId"), _required_id(params, "id")
 
     def read() -> dict[str, Any]:
-        return codec.encode_push_config(push_selectors.config_for_caller(
-            agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id))
+        return codec.encode_push_config(
+            push_selectors.config_for_caller(
+                agent=call.agent, principal=call.principal, task_id=task_id, config_id=config_id
+            )
+        )
 
     return await dbcalls.run(read)
 
@@ -170,7 +182,11 @@ async def list_push_configs(call: Call, params: dict[str, Any]) -> dict[str, Any
 
     def read() -> dict[str, Any]:
         views, next_token = push_selectors.configs_for_caller(
-            agent=call.agent, principal=call.principal, task_id=task_id, page_size=page_size, page_token=page_token,
+            agent=call.agent,
+            principal=call.principal,
+            task_id=task_id,
+            page_size=page_size,
+            page_token=page_token,
         )
         return {"configs": [codec.encode_push_config(v) for v in views], "nextPageToken": next_token}
 

@@ -18,9 +18,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--publish-delay", type=float, default=None,
+            "--publish-delay",
+            type=float,
+            default=None,
             help=f"seconds between publishing and signing (default PUSH_KEY_PUBLISH_DELAY, "
-                 f"{settings.PUSH_KEY_PUBLISH_DELAY:g})",
+            f"{settings.PUSH_KEY_PUBLISH_DELAY:g})",
         )
 
     def handle(self, *args, publish_delay: float | None, **options) -> None:

@@ -13,8 +13,15 @@ DEMO_AGENTS = {
         "description": "Answers every message with an artifact that echoes its text.",
         "executor": "echo",
         "is_public": False,
-        "skills": [{"id": "echo", "name": "Echo", "description": "Echoes the text it is sent.", "tags": ["demo"],
-                    "examples": ["hello"]}],
+        "skills": [
+            {
+                "id": "echo",
+                "name": "Echo",
+                "description": "Echoes the text it is sent.",
+                "tags": ["demo"],
+                "examples": ["hello"],
+            }
+        ],
     },
     "conformance": {
         "name": "Conformance",
@@ -27,18 +34,31 @@ DEMO_AGENTS = {
         # requirement's text asks for ContentTypeNotSupportedError; agents that declare
         # narrower modes (echo, writer) get that error (tasks_app/media.py).
         "input_modes": ["text/plain", "*/*"],
-        "skills": [{"id": "tck", "name": "TCK behaviours", "description": "Completes, asks for input, "
-                    "rejects, replies with a message or produces artifacts, as the suite asks.", "tags": ["test"]}],
+        "skills": [
+            {
+                "id": "tck",
+                "name": "TCK behaviours",
+                "description": "Completes, asks for input, "
+                "rejects, replies with a message or produces artifacts, as the suite asks.",
+                "tags": ["test"],
+            }
+        ],
     },
     "writer": {
         "name": "Writer",
         "description": "Writes a short text about a topic, reporting progress and streaming it in chunks; "
-                       "asks for input when the request is unclear.",
+        "asks for input when the request is unclear.",
         "executor": "writer",
         "is_public": False,
-        "skills": [{"id": "write", "name": "Write", "description": "Writes a poem, story, summary, haiku or "
-                    "letter about a topic.", "tags": ["writing", "demo"],
-                    "examples": ["Write a haiku about the sea", "A story about a lighthouse keeper"]}],
+        "skills": [
+            {
+                "id": "write",
+                "name": "Write",
+                "description": "Writes a poem, story, summary, haiku or letter about a topic.",
+                "tags": ["writing", "demo"],
+                "examples": ["Write a haiku about the sea", "A story about a lighthouse keeper"],
+            }
+        ],
     },
 }
 
@@ -53,9 +73,16 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         tenant = tenant_ensure(slug="demo", name="Demo tenant")
         agents = {
-            slug: agent_ensure(tenant=tenant, slug=slug, defaults={
-                "version": "1.0.0", "input_modes": TEXT, "output_modes": TEXT, **spec,
-            })
+            slug: agent_ensure(
+                tenant=tenant,
+                slug=slug,
+                defaults={
+                    "version": "1.0.0",
+                    "input_modes": TEXT,
+                    "output_modes": TEXT,
+                    **spec,
+                },
+            )
             for slug, spec in DEMO_AGENTS.items()
         }
         _, plaintext = api_key_create(tenant=tenant, name="demo", principal="demo")
