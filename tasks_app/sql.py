@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import psycopg
+from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, models
 
 from registry.models import Agent
@@ -133,6 +134,16 @@ class _Insert:
         }
 
 
+def _every_column(model: type[models.Model], values: dict[str, str], *, key: bool = False) -> tuple[str, str]:
+    """An INSERT's column list and values, written as SQL per column, that must name every column
+    of `model` (its key too, with `key`): a column added to the model and not here stops the
+    import, so no statement can leave a field to a default the ORM would have set."""
+    columns = [str(f.column) for f in model._meta.concrete_fields if key or not isinstance(f, models.AutoField)]
+    if missing := set(columns) ^ set(values):
+        raise ImproperlyConfigured(f"an INSERT of {model.__name__} must name exactly its columns; differs in {missing}")
+    return ", ".join(columns), ", ".join(values[column] for column in columns)
+
+
 _NEW_TASK = _Insert(Task, "t_")
 _NEW_MESSAGE = _Insert(Message, "m_", given=("task_id",))
 _NEW_STATUS = _Insert(StatusChange, "s_", given=("task_id",))
@@ -181,6 +192,53 @@ WRITTEN_COLUMNS = ("id", "state", "last_seq", "has_push_configs")
 _WRITE_RETURNING = ", ".join((*WRITTEN_COLUMNS, "status_message_id", "context_id"))
 
 
+# The rows a run write inserts, column by column, from the updated task row (`task`) and the
+# parameters.
+_ARTIFACT_INSERT = _every_column(
+    Artifact,
+    {
+        "task_id": "id",
+        "artifact_id": "%(artifact_id)s",
+        "name": "%(name)s",
+        "description": "%(description)s",
+        "parts": "%(artifact_parts)s::jsonb",
+        "metadata": "%(artifact_metadata)s::jsonb",
+        "extensions": "'[]'",
+        "complete": "%(complete)s",
+        "created_at": "%(now)s",
+        "updated_at": "%(now)s",
+    },
+)
+_AGENT_MESSAGE_INSERT = _every_column(
+    Message,
+    {
+        "id": "status_message_id",
+        "task_id": "id",
+        "message_id": "%(message_id)s",
+        "context_id": "context_id",
+        "role": "%(role)s",
+        "parts": "%(parts)s::jsonb",
+        "metadata": "%(message_metadata)s::jsonb",
+        "extensions": "'[]'",
+        "reference_task_ids": "'[]'",
+        "command": "''",
+        "command_params": "NULL",
+        "created_at": "%(now)s",
+    },
+    key=True,
+)
+_STATUS_INSERT = _every_column(
+    StatusChange,
+    {
+        "task_id": "id",
+        "state": "state",
+        "message_id": "status_message_id",
+        "reason": "%(reason)s",
+        "timestamp": "%(now)s",
+    },
+)
+
+
 def run_write(*, move: bool, message: bool = False, artifact: str | None = None) -> str:
     """One write on behalf of a run, as one statement: a state change (`move`, with the agent
     `message` as its status message or none), an artifact (`artifact` = "replace" for a
@@ -208,30 +266,35 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
     ctes.append(f"task AS (UPDATE {T} SET {', '.join(sets)} {_RUN_GUARD} RETURNING {_WRITE_RETURNING})")
     if artifact is not None:
         ctes.append(f"""artifact AS (
-    INSERT INTO {A} (task_id, artifact_id, name, description, parts, metadata, extensions,
-                     complete, created_at, updated_at)
-    SELECT id, %(artifact_id)s, %(name)s, %(description)s, %(artifact_parts)s::jsonb,
-           %(artifact_metadata)s::jsonb, '[]', %(complete)s, %(now)s, %(now)s
+    INSERT INTO {A} ({_ARTIFACT_INSERT[0]})
+    SELECT {_ARTIFACT_INSERT[1]}
     FROM task
     ON CONFLICT (task_id, artifact_id) DO UPDATE SET {_ON_CONFLICT[artifact]}
     RETURNING name, description
 )""")
         # The event names the artifact as stored: a chunk keeps the name of its first chunk.
         # It comes before the state change's event, if any.
+        columns, values = _every_column(
+            TaskEvent,
+            {
+                "task_id": "task.id",
+                "seq": f"task.last_seq - {events - 1}",
+                "kind": "%(artifact_kind)s",
+                "payload": "jsonb_set(jsonb_set(%(artifact_payload)s::jsonb, "
+                "'{artifact,name}', to_jsonb(artifact.name)), "
+                "'{artifact,description}', to_jsonb(artifact.description))",
+                "created_at": "%(now)s",
+            },
+        )
         ctes.append(f"""artifact_event AS (
-    INSERT INTO {E} (task_id, seq, kind, payload, created_at)
-    SELECT task.id, task.last_seq - {events - 1}, %(artifact_kind)s,
-           jsonb_set(jsonb_set(%(artifact_payload)s::jsonb, '{{artifact,name}}', to_jsonb(artifact.name)),
-                     '{{artifact,description}}', to_jsonb(artifact.description)),
-           %(now)s
+    INSERT INTO {E} ({columns})
+    SELECT {values}
     FROM task, artifact
 )""")
     if move and message:
         ctes.append(f"""message AS (
-    INSERT INTO {M} (id, task_id, message_id, context_id, role, parts, metadata, extensions,
-                     reference_task_ids, command, command_params, created_at)
-    SELECT status_message_id, id, %(message_id)s, context_id, %(role)s, %(parts)s::jsonb,
-           %(message_metadata)s::jsonb, '[]', '[]', '', NULL, %(now)s
+    INSERT INTO {M} ({_AGENT_MESSAGE_INSERT[0]})
+    SELECT {_AGENT_MESSAGE_INSERT[1]}
     FROM task
 )""")
     if move:
@@ -241,12 +304,22 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
             if message
             else "%(payload)s::jsonb"
         )
+        event_columns, event_values = _every_column(
+            TaskEvent,
+            {
+                "task_id": "id",
+                "seq": "last_seq",
+                "kind": "%(kind)s",
+                "payload": payload,
+                "created_at": "%(now)s",
+            },
+        )
         ctes.append(f"""status AS (
-    INSERT INTO {SC} (task_id, state, message_id, reason, timestamp)
-    SELECT id, state, status_message_id, %(reason)s, %(now)s FROM task
+    INSERT INTO {SC} ({_STATUS_INSERT[0]})
+    SELECT {_STATUS_INSERT[1]} FROM task
 ), event AS (
-    INSERT INTO {E} (task_id, seq, kind, payload, created_at)
-    SELECT id, last_seq, %(kind)s, {payload}, %(now)s FROM task
+    INSERT INTO {E} ({event_columns})
+    SELECT {event_values} FROM task
 )""")
     return "WITH " + ",\n".join(ctes) + f"\nSELECT {', '.join(WRITTEN_COLUMNS)} FROM task"
 

@@ -124,3 +124,10 @@ def test_every_field_of_every_row_a_new_task_makes_is_in_the_statement():
         for field in model._meta.concrete_fields:
             if field.column != "id" or model is Task:
                 assert f" {field.column}" in sql.NEW_TASK or f"({field.column}" in sql.NEW_TASK, (model, field.column)
+
+
+def test_a_statement_that_does_not_name_every_column_of_its_model_stops_the_import():
+    from django.core.exceptions import ImproperlyConfigured
+
+    with pytest.raises(ImproperlyConfigured, match="reason"):
+        sql._every_column(StatusChange, {"task_id": "id", "state": "state", "message_id": "NULL", "timestamp": "now()"})
