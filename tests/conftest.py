@@ -353,6 +353,29 @@ class LiveStack:
         return (self.logs / f"{name}.log").read_text(errors="replace")
 
 
+# What the live tests start: daphne on a port, and a Celery worker with two children.
+WORKER_COMMAND = [
+    *("celery", "-A", "agentserver", "worker", "-l", "info", "--concurrency", "2"),
+    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+]
+
+
+def daphne_command(port: int) -> list[str]:
+    return ["daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"]
+
+
+def serves(url: str) -> bool:
+    """Whether a daphne at `url` answers its health check."""
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def worker_ready(log: Path) -> bool:
+    return "ready." in log.read_text(errors="replace")
+
+
 def _wait_for(predicate, timeout: float, what: str, logs: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -391,7 +414,7 @@ def live(django_db_setup, django_db_blocker):
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
+            [sys.executable, "-m", *daphne_command(port)],
             cwd=ROOT,
             env=env,
             stdout=open(logs / f"web{i}.log", "wb"),
@@ -400,21 +423,7 @@ def live(django_db_setup, django_db_blocker):
         for i, port in enumerate(ports)
     ] + [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "agentserver",
-                "worker",
-                "-l",
-                "info",
-                "--concurrency",
-                "2",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            [sys.executable, "-m", *WORKER_COMMAND],
             cwd=ROOT,
             env=env,
             stdout=open(logs / "worker.log", "wb"),
@@ -423,15 +432,9 @@ def live(django_db_setup, django_db_blocker):
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
 
-    def web_up() -> bool:
-        try:
-            return all(httpx.get(f"{url}/healthz", timeout=1).status_code == 200 for url in urls)
-        except httpx.HTTPError:
-            return False
-
     try:
-        _wait_for(web_up, 30, "daphne", logs)
-        _wait_for(lambda: "ready." in (logs / "worker.log").read_text(errors="replace"), 30, "the worker", logs)
+        _wait_for(lambda: all(map(serves, urls)), 30, "daphne", logs)
+        _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
         yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]], worker_pid=procs[2].pid)
     finally:
         for proc in procs:

@@ -15,7 +15,17 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import ROOT, _free_port, _wait_for, make_agent, user_message
+from tests.conftest import (
+    ROOT,
+    WORKER_COMMAND,
+    _free_port,
+    _wait_for,
+    daphne_command,
+    make_agent,
+    serves,
+    user_message,
+    worker_ready,
+)
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
@@ -57,44 +67,15 @@ def _start(live, name: str, command: list[str], env: dict[str, str]) -> tuple[su
 
 def _daphne(live, env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
     port = _free_port()
-    proc, log = _start(
-        live,
-        f"shutdown-web-{port}",
-        ["daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"],
-        env,
-    )
+    proc, log = _start(live, f"shutdown-web-{port}", daphne_command(port), env)
     base = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    _wait_for(up, 30, "daphne", live.logs)
+    _wait_for(lambda: serves(base), 30, "daphne", live.logs)
     return proc, base, log
 
 
 def _worker(live, env: dict[str, str], name: str) -> tuple[subprocess.Popen, Path]:
-    proc, log = _start(
-        live,
-        name,
-        [
-            "celery",
-            "-A",
-            "agentserver",
-            "worker",
-            "-l",
-            "info",
-            "--concurrency",
-            "2",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        env,
-    )
-    _wait_for(lambda: "ready." in log.read_text(errors="replace"), 30, "the worker", live.logs)
+    proc, log = _start(live, name, WORKER_COMMAND, env)
+    _wait_for(lambda: worker_ready(log), 30, "the worker", live.logs)
     return proc, log
 
 
