@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.models import Agent
+from accounts.models import Agent
 from tasks_app import media
 
 API_KEY_HEADER = "X-API-Key"

@@ -19,8 +19,8 @@ from typing import Any
 
 from django.conf import settings
 
-from registry.models import Agent
-from registry.selectors import Principal, agent_get, api_key_authenticate, caller_cached
+from accounts.models import Agent
+from accounts.selectors import Principal, agent_get, api_key_authenticate, caller_cached
 from tasks_app import dbcalls, storable, streams
 from tasks_app.errors import (
     STORE_ERRORS,

@@ -16,7 +16,7 @@ from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
-from registry.selectors import agent_get
+from accounts.selectors import agent_get
 from tasks_app import streams
 
 from . import dialects, endpoint

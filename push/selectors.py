@@ -11,8 +11,8 @@ from typing import Any
 from django.db.models import F
 from django.utils import timezone
 
-from registry.models import Agent
-from registry.selectors import Principal
+from accounts.models import Agent
+from accounts.selectors import Principal
 from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
 from tasks_app.selectors import task_for_caller

@@ -20,8 +20,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from registry.models import Agent
-from registry.selectors import Principal
+from accounts.models import Agent
+from accounts.selectors import Principal
 from tasks_app.errors import InvalidParams
 from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from registry.models import Agent
+from accounts.models import Agent
 
 from .errors import ContentTypeNotSupported
 from .parts import Part

@@ -8,7 +8,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from registry.models import Agent, Tenant
+from accounts.models import Agent, Tenant
 
 from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
 from .storable import ID_LENGTH, NAME_LENGTH

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.db.models import Q
 
-from registry.models import Agent
-from registry.selectors import Principal
+from accounts.models import Agent
+from accounts.selectors import Principal
 
 from . import sql
 from .domain import ArtifactView, MessageView, TaskView, parse_task_id

@@ -17,8 +17,8 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from registry.models import Agent
-from registry.selectors import Principal
+from accounts.models import Agent
+from accounts.selectors import Principal
 
 from . import dispatch, hints, hooks, media, sql, storable
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id

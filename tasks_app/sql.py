@@ -28,7 +28,7 @@ import psycopg
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, models
 
-from registry.models import Agent
+from accounts.models import Agent
 
 from .domain import ArtifactView, MessageView
 from .models import Artifact, Message, StatusChange, Task, TaskEvent

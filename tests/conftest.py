@@ -184,13 +184,13 @@ def store_path(request, monkeypatch):
 
 @pytest.fixture
 def tenant(db):
-    from registry.services import tenant_ensure
+    from accounts.services import tenant_ensure
 
     return tenant_ensure(slug="acme", name="Acme")
 
 
 def make_agent(tenant, slug: str, executor: str, **fields):
-    from registry.services import agent_ensure
+    from accounts.services import agent_ensure
 
     defaults = {
         "name": slug.title(),
@@ -222,14 +222,14 @@ def conformance_agent(tenant):
 
 @pytest.fixture
 def alice_key(tenant) -> str:
-    from registry.services import api_key_create
+    from accounts.services import api_key_create
 
     return api_key_create(tenant=tenant, name="alice", principal="alice")[1]
 
 
 @pytest.fixture
 def bob_key(tenant) -> str:
-    from registry.services import api_key_create
+    from accounts.services import api_key_create
 
     return api_key_create(tenant=tenant, name="bob", principal="bob")[1]
 

@@ -3,7 +3,7 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from registry.models import ApiKey
+from accounts.models import ApiKey
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,7 +27,7 @@ def test_an_operator_browses_a_task_with_its_history_and_events(operator, rpc, w
 
 def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(operator, tenant, echo_agent, rpc):
     response = operator.post(
-        "/admin/registry/apikey/add/", {"tenant": tenant.pk, "name": "from-admin", "principal": "dora"}, follow=True
+        "/admin/accounts/apikey/add/", {"tenant": tenant.pk, "name": "from-admin", "principal": "dora"}, follow=True
     )
     assert response.status_code == 200
     shown = next(m.message for m in response.context["messages"] if "ask_" in m.message)

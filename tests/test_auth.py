@@ -2,7 +2,7 @@
 
 import pytest
 
-from registry.models import ApiKey
+from accounts.models import ApiKey
 
 ECHO = "/agents/acme/echo/"
 
@@ -27,7 +27,7 @@ def test_a_revoked_key_is_refused(rpc, echo_agent, alice_key):
 
 
 def test_a_key_of_another_tenant_is_refused(rpc, echo_agent):
-    from registry.services import api_key_create, tenant_ensure
+    from accounts.services import api_key_create, tenant_ensure
 
     other = tenant_ensure(slug="other", name="Other")
     _, key = api_key_create(tenant=other, name="mallory")
@@ -43,7 +43,7 @@ def test_keys_are_stored_only_as_hashes(alice_key):
 def test_a_key_whose_secret_starts_with_an_underscore_still_authenticates(rpc, echo_agent, tenant, monkeypatch):
     """token_urlsafe may start the secret with "_", which makes "__" in the key: the parser
     splits the prefix off at most twice, so the secret keeps its underscore."""
-    from registry import services
+    from accounts import services
 
     monkeypatch.setattr(services.secrets, "token_urlsafe", lambda n: "_" + "k" * 42)
     _, key = services.api_key_create(tenant=tenant, name="carol", principal="carol")
@@ -80,7 +80,7 @@ def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(
 ):
     from django.utils import timezone
 
-    from registry.selectors import caches_clear
+    from accounts.selectors import caches_clear
 
     settings.AUTH_CACHE_SECONDS = 60
     caches_clear()

@@ -55,7 +55,7 @@ def test_a_changed_agent_gets_a_new_etag(client, echo_agent):
 def test_a_renamed_tenant_is_a_modification_of_its_agents_cards(client, echo_agent):
     from datetime import timedelta
 
-    from registry.models import Tenant
+    from accounts.models import Tenant
 
     before = client.get(CARD)["Last-Modified"]
     # The provider's name is on the card; the rename is put a minute later, since HTTP dates

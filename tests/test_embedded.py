@@ -20,8 +20,8 @@ from django.test import Client
 
 call_command("migrate", verbosity=0)
 call_command("seed_demo")
-from registry.models import Tenant
-from registry.services import api_key_create
+from accounts.models import Tenant
+from accounts.services import api_key_create
 key = api_key_create(tenant=Tenant.objects.get(slug="demo"), name="t", principal="t")[1]
 client = Client()
 

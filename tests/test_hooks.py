@@ -6,8 +6,8 @@ import uuid
 import pytest
 from django.db import transaction
 
+from accounts.selectors import Principal
 from push import dispatch as push_dispatch
-from registry.selectors import Principal
 from tasks_app import hooks, services
 from tasks_app.domain import NewMessage
 

@@ -163,7 +163,7 @@ def separate_database_key(attempt, name: str) -> None:
 @pytest.fixture
 def world(tenant):
     """The keyed echo agent, the public conformance agent and a key, made once per test."""
-    from registry.services import api_key_create
+    from accounts.services import api_key_create
 
     make_agent(tenant, "echo", "echo")
     make_agent(tenant, "conformance", "conformance", is_public=True)

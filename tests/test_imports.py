@@ -1,4 +1,4 @@
-"""Imports run one way: registry, then tasks_app, then push, then the protocol edge, then the
+"""Imports run one way: accounts, then tasks_app, then push, then the protocol edge, then the
 project package. Read from the source (every import statement, function-level ones too) and
 followed to any depth, so a late import cannot hide a cycle."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["registry", "tasks_app", "push", "protocols", "agentserver"]
+LAYERS = ["accounts", "tasks_app", "push", "protocols", "registry", "agentserver"]
 
 
 def _module_name(path: Path) -> str:

@@ -96,8 +96,8 @@ def test_cancellation_reaches_the_running_executor(live, conformance_agent):
 
 
 def test_the_sweeper_sends_again_work_that_was_committed_but_never_enqueued(live, echo_agent, monkeypatch, settings):
+    from accounts.selectors import Principal
     from agentserver.celery import app
-    from registry.selectors import Principal
     from tasks_app import dispatch, services, tasks
     from tasks_app.domain import NewMessage
     from tasks_app.models import Task

@@ -3,7 +3,7 @@ refuses a message before anything is stored."""
 
 import pytest
 
-from registry.models import Agent
+from accounts.models import Agent
 from tasks_app import media
 from tasks_app import parts as P
 from tasks_app.errors import ContentTypeNotSupported

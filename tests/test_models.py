@@ -39,7 +39,7 @@ def test_an_unknown_failure_reason_is_refused(task):
 
 
 def test_a_task_cannot_belong_to_another_tenant_than_its_agent(task):
-    from registry.models import Tenant
+    from accounts.models import Tenant
 
     other = Tenant.objects.create(slug="other", name="Other")
     _refused(pk=task.pk, tenant_id=other.pk)
@@ -55,7 +55,7 @@ def test_a_task_cannot_belong_to_another_tenant_than_its_agent(task):
 
 
 def test_an_agent_moved_to_another_tenant_takes_its_tasks_along(task):
-    from registry.models import Agent, Tenant
+    from accounts.models import Agent, Tenant
 
     other = Tenant.objects.create(slug="other", name="Other")
     Agent.objects.filter(pk=task.agent_id).update(tenant=other)

@@ -32,7 +32,7 @@ def test_get_task_reads_the_task_its_history_and_its_artifacts_in_one_query(
 
 
 def test_a_run_of_the_echo_agent_costs_two_statements(echo_agent, monkeypatch, django_assert_num_queries):
-    from registry.selectors import Principal
+    from accounts.selectors import Principal
     from tasks_app import dispatch, runner, services
     from tasks_app.domain import NewMessage
 

@@ -6,7 +6,7 @@ import uuid
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
-from registry.selectors import Principal
+from accounts.selectors import Principal
 from tasks_app import runner, services
 from tasks_app.domain import NewMessage
 from tasks_app.executors import REGISTRY, Executor

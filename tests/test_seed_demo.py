@@ -4,7 +4,7 @@ import json
 
 from django.core.management import call_command
 
-from registry.models import Agent, ApiKey
+from accounts.models import Agent, ApiKey
 
 
 def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key(db, capsys, rpc):

@@ -5,7 +5,7 @@ import uuid
 import pytest
 from django.utils import timezone
 
-from registry.selectors import Principal
+from accounts.selectors import Principal
 from tasks_app import runner, services
 from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.errors import InvalidTransition, TaskClosed, TaskNotCancelable

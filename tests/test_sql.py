@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.forms.models import model_to_dict
 
-from registry.selectors import Principal
+from accounts.selectors import Principal
 from tasks_app import services, sql
 from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.models import Artifact, Message, StatusChange, Task, TaskEvent

@@ -2,8 +2,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from registry.models import Tenant
-from registry.services import api_key_create
+from accounts.models import Tenant
+from accounts.services import api_key_create
 
 
 class Command(BaseCommand):

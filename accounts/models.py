@@ -67,10 +67,10 @@ class Agent(models.Model):
     class Meta:
         ordering = ["tenant__slug", "slug"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "slug"], name="registry_agent_unique_tenant_slug"),
+            models.UniqueConstraint(fields=["tenant", "slug"], name="accounts_agent_unique_tenant_slug"),
             # What a task's (agent, tenant) foreign key points at, so that no task can belong to
             # one tenant and run on another tenant's agent (tasks_app migration 0005).
-            models.UniqueConstraint(fields=["id", "tenant"], name="registry_agent_unique_id_tenant"),
+            models.UniqueConstraint(fields=["id", "tenant"], name="accounts_agent_unique_id_tenant"),
         ]
 
     def __str__(self) -> str:

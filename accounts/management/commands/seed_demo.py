@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from registry.services import agent_ensure, api_key_create, tenant_ensure
+from accounts.services import agent_ensure, api_key_create, tenant_ensure
 
 TEXT = ["text/plain"]
 
