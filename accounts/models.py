@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.validators import validate_slug
 from django.db import models
+from django.db.models import Q
 
 SLUG_LENGTH = 64
+# Principals named by the server itself carry one of these prefixes ("key:", "oidc:"), so a
+# name a tenant chooses for a key can never be taken for one of them.
+PRINCIPAL_NAMESPACE_SEPARATOR = ":"
 
 
 class Tenant(models.Model):
@@ -11,6 +16,22 @@ class Tenant(models.Model):
 
     slug = models.SlugField(max_length=SLUG_LENGTH, unique=True, validators=[validate_slug])
     name = models.CharField(max_length=200)
+    # Limits: empty means the site's default (settings); see docs/tenancy.md.
+    rate_limit_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests per minute per API key or bearer subject (empty: site default)."
+    )
+    anonymous_rate_limit_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Requests per minute per anonymous client address (empty: site default)."
+    )
+    max_active_tasks = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Tasks queued or running at once, over all agents (empty: site default)."
+    )
+    max_request_bytes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Largest request body (empty: the site's limit, which it cannot exceed)."
+    )
+    max_stored_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Bytes of messages and artifacts the tenant may store (empty: site default)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
     updated_at = models.DateTimeField(auto_now=True)
@@ -59,7 +80,16 @@ class Agent(models.Model):
     push_notifications = models.BooleanField(
         default=True, help_text="Offer push notifications (push config methods and inline configs)."
     )
-    is_public = models.BooleanField(default=False, help_text="Public agents need no API key.")
+    is_public = models.BooleanField(
+        default=False,
+        help_text="Anonymous callers may use it: each of their tasks is reachable only by its id, and they "
+        "cannot list tasks.",
+    )
+    shared_sandbox = models.BooleanField(
+        default=False,
+        help_text="Every caller acts as one shared principal and sees every task of this agent (for "
+        "conformance suites and demos). Its card says so.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -81,13 +111,41 @@ class Agent(models.Model):
         return f"/agents/{self.tenant.slug}/{self.slug}/"
 
 
+class Role(models.TextChoices):
+    """What a member may do in the admin, each including the one below it."""
+
+    OWNER = "owner", "owner: members and API keys"
+    OPERATOR = "operator", "operator: cancel tasks, retry deliveries"
+    VIEWER = "viewer", "viewer: read"
+
+
+class Membership(models.Model):
+    """A Django user's role in one tenant."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="accounts_membership_one_per_tenant"),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="accounts_membership_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant.slug} ({self.role})"
+
+
 class ApiKeyQuerySet(models.QuerySet):
     def active(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=True)
 
 
 class ApiKey(models.Model):
-    """A tenant's API key. Only a SHA-256 of the secret is stored.
+    """A tenant's API key: a caller of the tenant's agents (all, or those listed). Only a
+    SHA-256 of the secret and a short public prefix are stored.
 
     Keys carry 256 bits of randomness, so a fast hash is enough (no stretching needed,
     unlike passwords) and verifying one costs microseconds on every request.
@@ -97,18 +155,49 @@ class ApiKey(models.Model):
     name = models.CharField(max_length=100)
     principal = models.CharField(
         max_length=150,
-        help_text="Who the caller is: tasks created with this key belong to this principal.",
+        help_text="Who the caller is: its tasks belong to this principal. Keys naming the same principal "
+        "share their tasks; a key made without one is its own principal (key:<prefix>).",
+    )
+    agents = models.ManyToManyField(
+        Agent, blank=True, related_name="+", help_text="Only these agents of the tenant (none: all of them)."
     )
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from this time on (empty: never).")
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Written at most once a minute per key and process (accounts.selectors), never per request.
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     objects = ApiKeyQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
         verbose_name = "API key"
+        constraints = [
+            models.CheckConstraint(condition=~Q(principal=""), name="accounts_apikey_principal_not_blank"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class OidcIssuer(models.Model):
+    """An OpenID Connect issuer whose access tokens (JWTs) the tenant accepts as bearer tokens.
+    The token's subject is the principal (oidc:<sub>)."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, related_name="oidc_issuer")
+    issuer = models.URLField(max_length=500, help_text="The tokens' iss, exactly.")
+    audience = models.CharField(max_length=500, help_text="The aud a token must carry.")
+    jwks_url = models.URLField(
+        max_length=500, help_text="Where the signing keys are (fetched through the outbound guard, cached)."
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "OpenID Connect issuer"
+
+    def __str__(self) -> str:
+        return f"{self.issuer} for {self.tenant.slug}"

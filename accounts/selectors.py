@@ -1,4 +1,4 @@
-"""Reads for tenants, agents and API keys."""
+"""Reads for tenants, agents, API keys and issuers, and who a caller is."""
 
 from __future__ import annotations
 
@@ -7,52 +7,82 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.conf import settings
+from django.contrib.auth.models import User
+from django.db.models import QuerySet
 
-from .models import SLUG_LENGTH, Agent, ApiKey
-from .services import KEY_ID_HEX_LENGTH, KEY_PREFIX, hash_secret
+from . import changes
+from .models import SLUG_LENGTH, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .services import KEY_ID_HEX_LENGTH, KEY_PREFIX, LAST_USED_RESOLUTION, hash_secret
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # Django's validate_slug
 _KEY_ID = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LENGTH}}}")  # an ApiKey.prefix, as api_key_create makes them
 
+SHARED_PRINCIPAL = "shared"
+
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: tasks are owned by, and visible to, one principal of one tenant."""
+    """Who is calling. Tasks record the `name` of the principal that created them, and only
+    that principal reaches them (tasks_app.selectors): a key's, a bearer subject's, or the
+    anonymous caller's, who reaches a task only by its id and lists none."""
 
     name: str
+    authenticated: bool = True  # presented a valid API key or bearer token
+    can_list: bool = True  # ListTasks shows it its tasks
     api_key_id: int | None = None
 
     ANONYMOUS: ClassVar[Principal]
 
     @property
     def is_anonymous(self) -> bool:
-        return self.api_key_id is None
+        return not self.authenticated
+
+    def shared(self) -> Principal:
+        """The same caller on an agent that is a shared sandbox: every caller is one principal."""
+        return replace(self, name=SHARED_PRINCIPAL, can_list=True)
 
 
-Principal.ANONYMOUS = Principal(name="anonymous")
+Principal.ANONYMOUS = Principal(name="anonymous", authenticated=False, can_list=False)
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """What a valid API key allows: its tenant's agents (all, or `agent_ids`), until `expires_at`."""
+
+    key_id: int
+    tenant_id: int
+    principal: str
+    agent_ids: frozenset[int] | None  # None: every agent of the tenant
+    expires_at: datetime | None
+
+    def allows(self, agent: Agent) -> bool:
+        return agent.tenant_id == self.tenant_id and (self.agent_ids is None or agent.pk in self.agent_ids)
 
 
 class _TTLCache:
     """A small in-process cache of positive lookups, bounded in size and age.
 
     Every protocol request needs its agent and its caller; reading both from the database
-    costs two round trips per request. Entries live `AUTH_CACHE_SECONDS` (0 turns the cache
-    off), so a changed agent or a revoked key takes effect within that time in every process.
-    Only hits are cached: random keys cannot fill it, and a new agent is served at once.
+    costs two round trips per request. Entries live at most `AUTH_CACHE_SECONDS`, and only
+    while `changes` hears of every change (a change clears every cache at once). A lookup
+    that began before a clear does not store what it read. Only hits are cached: random keys
+    cannot fill it.
     """
 
     def __init__(self, max_entries: int = 10_000) -> None:
         self._data: OrderedDict[Any, tuple[float, Any]] = OrderedDict()
         self._lock = threading.Lock()
         self._max = max_entries
+        self.generation = 0
+        changes.on_change(self.clear)
 
     def get(self, key: Any) -> Any:
-        ttl = settings.AUTH_CACHE_SECONDS
-        if ttl <= 0:
+        if not changes.caches_usable():
             return None
         with self._lock:
             entry = self._data.get(key)
@@ -60,27 +90,34 @@ class _TTLCache:
                 return None
             return entry[1]
 
-    def put(self, key: Any, value: Any) -> None:
-        ttl = settings.AUTH_CACHE_SECONDS
-        if ttl <= 0 or value is None:
+    def put(self, key: Any, value: Any, generation: int) -> None:
+        if value is None or not changes.caches_usable():
             return
         with self._lock:
-            self._data[key] = (time.monotonic() + ttl, value)
+            if generation != self.generation:  # cleared while this value was being read
+                return
+            self._data[key] = (time.monotonic() + settings.AUTH_CACHE_SECONDS, value)
             self._data.move_to_end(key)
             while len(self._data) > self._max:
                 self._data.popitem(last=False)
 
     def clear(self) -> None:
         with self._lock:
+            self.generation += 1
             self._data.clear()
 
 
 _agents = _TTLCache()
 _keys = _TTLCache()
+_last_touched: dict[int, float] = {}
 
 
 def _is_slug(value: str) -> bool:
     return len(value) <= SLUG_LENGTH and _SLUG.fullmatch(value) is not None
+
+
+def agent_cached(*, tenant_slug: str, agent_slug: str) -> Agent | None:
+    return _agents.get((tenant_slug, agent_slug))
 
 
 def agent_get(*, tenant_slug: str, agent_slug: str) -> Agent | None:
@@ -91,49 +128,90 @@ def agent_get(*, tenant_slug: str, agent_slug: str) -> Agent | None:
     cached = _agents.get((tenant_slug, agent_slug))
     if cached is not None:
         return cached
+    generation = _agents.generation
+    # The tenant's issuer comes along (a reverse one-to-one joins): see `oidc_issuer_of`.
     agent = (
-        Agent.objects.select_related("tenant").filter(tenant__slug=tenant_slug, slug=agent_slug, is_active=True).first()
+        Agent.objects.select_related("tenant", "tenant__oidc_issuer")
+        .filter(tenant__slug=tenant_slug, slug=agent_slug, is_active=True)
+        .first()
     )
-    _agents.put((tenant_slug, agent_slug), agent)
+    _agents.put((tenant_slug, agent_slug), agent, generation)
     return agent
 
 
-def api_key_authenticate(*, agent: Agent, presented: str) -> Principal | None:
-    """The principal behind a presented key, if the key is valid for the agent's tenant."""
+def _key_parts(presented: str) -> list[str] | None:
     parts = presented.split("_", 2)
     if len(parts) != 3 or parts[0] != KEY_PREFIX or not _KEY_ID.fullmatch(parts[1]):
         return None
+    return parts
+
+
+def key_grant_cached(presented: str) -> KeyGrant | None:
+    return _keys.get(hash_secret(presented)) if _key_parts(presented) else None
+
+
+def key_grant(presented: str) -> KeyGrant | None:
+    """What the presented key allows, if it is a key this server made and has not revoked
+    (expiry is the caller's to check: it passes while the grant is cached)."""
+    parts = _key_parts(presented)
+    if parts is None:
+        return None
     digest = hash_secret(presented)
-    cache_key = (agent.tenant_id, digest)
-    cached = _keys.get(cache_key)
+    cached = _keys.get(digest)
     if cached is not None:
         return cached
-    key = (
+    generation = _keys.generation
+    # One query: a row per agent the key is limited to (one row with None when it is not).
+    rows = list(
         ApiKey.objects.active()
-        .filter(prefix=parts[1], tenant_id=agent.tenant_id)
-        .only("id", "principal", "key_hash")
-        .first()
+        .filter(prefix=parts[1])
+        .values_list("id", "tenant_id", "principal", "key_hash", "expires_at", "agents__id")
     )
-    if key is None or not hmac.compare_digest(key.key_hash, digest):
+    if not rows or not hmac.compare_digest(rows[0][3], digest):
         return None
-    principal = Principal(name=key.principal, api_key_id=key.id)
-    _keys.put(cache_key, principal)
-    return principal
+    key_id, tenant_id, principal, _, expires_at, _ = rows[0]
+    agent_ids = frozenset(row[5] for row in rows if row[5] is not None)
+    grant = KeyGrant(
+        key_id=key_id,
+        tenant_id=tenant_id,
+        principal=principal,
+        agent_ids=agent_ids or None,
+        expires_at=expires_at,
+    )
+    _keys.put(digest, grant, generation)
+    return grant
 
 
-def caller_cached(*, tenant_slug: str, agent_slug: str, presented: str | None) -> tuple[Agent, Principal] | None:
-    """The agent and the caller when both are cached (None otherwise): lets an async view skip
-    the hop to a database thread on the common request."""
-    agent = _agents.get((tenant_slug, agent_slug))
-    if agent is None:
+def key_touch_due(key_id: int) -> bool:
+    """Whether this process should record the key's use now (once per LAST_USED_RESOLUTION)."""
+    last = _last_touched.get(key_id)
+    return last is None or time.monotonic() - last >= LAST_USED_RESOLUTION.total_seconds()
+
+
+def key_touched(key_id: int) -> None:
+    _last_touched[key_id] = time.monotonic()
+
+
+def oidc_issuer_of(agent: Agent) -> OidcIssuer | None:
+    """The agent's tenant's active OpenID Connect issuer, if it accepts bearer tokens (read
+    with the agent by `agent_get`: no query)."""
+    try:
+        issuer = agent.tenant.oidc_issuer
+    except OidcIssuer.DoesNotExist:
         return None
-    if not presented:
-        return (agent, Principal.ANONYMOUS) if agent.is_public else None
-    principal = _keys.get((agent.tenant_id, hash_secret(presented)))
-    return (agent, principal) if principal is not None else None
+    return issuer if issuer.is_active else None
+
+
+def tenant_ids_of(user: User, *, roles: tuple[str, ...] = tuple(Role.values)) -> QuerySet[Membership, int]:
+    """The ids of the tenants `user` is a member of with one of `roles`."""
+    return Membership.objects.filter(user=user, role__in=roles).values_list("tenant_id", flat=True)
+
+
+def tenants_of(user: User) -> QuerySet[Tenant]:
+    return Tenant.objects.filter(memberships__user=user)
 
 
 def caches_clear() -> None:
-    """Forget cached agents and keys (tests; after bulk changes in a shell)."""
+    """Forget cached agents (with their issuers) and keys (tests; after bulk changes in a shell)."""
     _agents.clear()
     _keys.clear()

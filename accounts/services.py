@@ -1,39 +1,119 @@
-"""Writes for tenants, agents and API keys."""
+"""Writes for tenants, members, agents, API keys and issuers.
+
+Every change a request's authentication depends on is announced (`changes.announce`) once it
+commits, so that cached lookups in every web process are dropped before the next request.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 from typing import Any
 
-from .models import Agent, ApiKey, Tenant
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from . import changes
+from .models import PRINCIPAL_NAMESPACE_SEPARATOR, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 
 KEY_PREFIX = "ask"
 KEY_ID_HEX_LENGTH = 12  # the key's public id: 6 random bytes in hex
+KEY_PRINCIPAL_NAMESPACE = "key"  # a key made without a principal is "key:<prefix>"
+OIDC_PRINCIPAL_NAMESPACE = "oidc"  # a bearer token's subject is "oidc:<sub>"
+# last_used_at moves at most this often per key and process: never one write per request.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class AccountError(ValueError):
+    """A change that cannot be made as asked (the message says why)."""
 
 
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def api_key_create(*, tenant: Tenant, name: str, principal: str | None = None) -> tuple[ApiKey, str]:
-    """Create a key; return it with the plaintext, which is shown once and never stored."""
+def principal_check(principal: str) -> str:
+    """A principal a tenant names itself: not blank, and outside the server's namespaces."""
+    principal = principal.strip()
+    if not principal:
+        raise AccountError("a principal must not be blank")
+    if PRINCIPAL_NAMESPACE_SEPARATOR in principal:
+        raise AccountError(
+            f"a principal must not contain {PRINCIPAL_NAMESPACE_SEPARATOR!r}: names with it are the server's "
+            "(key:<prefix>, oidc:<subject>)"
+        )
+    if len(principal) > ApiKey._meta.get_field("principal").max_length:  # type: ignore[operator]
+        raise AccountError("a principal must be at most 150 characters")
+    return principal
+
+
+def api_key_create(
+    *,
+    tenant: Tenant,
+    name: str,
+    principal: str | None = None,
+    agents: Iterable[Agent] = (),
+    expires_at: datetime | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; return it with the plaintext, which is shown once and never stored.
+    Without `principal` the key is its own principal; with `agents` it calls only those."""
+    agents = list(agents)
+    foreign = [str(a) for a in agents if a.tenant_id != tenant.pk]
+    if foreign:
+        raise AccountError(f"a key of {tenant.slug} cannot call another tenant's agents: {', '.join(foreign)}")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise AccountError("the expiry is in the past")
     prefix = secrets.token_hex(KEY_ID_HEX_LENGTH // 2)
-    secret = secrets.token_urlsafe(32)
-    plaintext = f"{KEY_PREFIX}_{prefix}_{secret}"
-    key = ApiKey.objects.create(
-        tenant=tenant,
-        name=name,
-        principal=principal or name,
-        prefix=prefix,
-        key_hash=hash_secret(plaintext),
-    )
+    plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    with transaction.atomic():
+        key = ApiKey.objects.create(
+            tenant=tenant,
+            name=name,
+            principal=principal_check(principal)
+            if principal
+            else f"{KEY_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{prefix}",
+            prefix=prefix,
+            key_hash=hash_secret(plaintext),
+            expires_at=expires_at,
+        )
+        if agents:
+            key.agents.set(agents)
     return key, plaintext
+
+
+def api_key_revoke(*, key: ApiKey) -> bool:
+    """Revoke the key from the next request on, in every process; False if it already was."""
+    with transaction.atomic():
+        revoked = ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        changes.announce_on_commit()
+    key.refresh_from_db(fields=["revoked_at"])
+    return bool(revoked)
+
+
+def api_key_touch(*, key_id: int, at: datetime | None = None) -> None:
+    """Record that the key was used (callers throttle this: see `LAST_USED_RESOLUTION`)."""
+    at = at or timezone.now()
+    ApiKey.objects.filter(pk=key_id).exclude(last_used_at__gt=at - LAST_USED_RESOLUTION).update(last_used_at=at)
 
 
 def tenant_ensure(*, slug: str, name: str) -> Tenant:
     tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name})
     return tenant
+
+
+def member_add(*, tenant: Tenant, user: User, role: str) -> Membership:
+    """Make `user` a member of `tenant` with `role`, or change the role they have (idempotent)."""
+    if role not in Role.values:
+        raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)}")
+    membership, _ = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
+    if not user.is_staff:
+        # Members work in the admin, which lets in staff only; what they see there is scoped.
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+    return membership
 
 
 def agent_ensure(*, tenant: Tenant, slug: str, defaults: dict[str, Any]) -> Agent:
@@ -46,3 +126,11 @@ def agent_ensure(*, tenant: Tenant, slug: str, defaults: dict[str, Any]) -> Agen
         if changed:
             agent.save(update_fields=[*changed, "updated_at"])
     return agent
+
+
+def oidc_issuer_set(*, tenant: Tenant, issuer: str, audience: str, jwks_url: str) -> OidcIssuer:
+    """Accept bearer tokens from `issuer` for `tenant`'s agents (replacing any issuer it had)."""
+    found, _ = OidcIssuer.objects.update_or_create(
+        tenant=tenant, defaults={"issuer": issuer, "audience": audience, "jwks_url": jwks_url, "is_active": True}
+    )
+    return found

@@ -71,6 +71,7 @@ class AgentRpcConsumer(AsyncHttpConsumer):
             query=dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))),
             body=body,
             base_url=base_url,
+            client=(scope.get("client") or ("",))[0] or "",
         )
 
     async def _respond(self, body: bytes | None) -> None:

@@ -20,8 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from accounts.models import Agent
-from accounts.selectors import Principal, agent_get, api_key_authenticate, caller_cached
-from tasks_app import dbcalls, storable, streams
+from tasks_app import storable, streams
 from tasks_app.errors import (
     STORE_ERRORS,
     STORE_RETRY_AFTER,
@@ -30,8 +29,8 @@ from tasks_app.errors import (
     ExtensionSupportRequired,
 )
 
-from . import dialects, jsonrpc
-from .cards import API_KEY_HEADER, required_extensions
+from . import auth, dialects, jsonrpc
+from .cards import required_extensions
 from .exchange import Call, EventStream
 
 log = logging.getLogger(__name__)
@@ -62,6 +61,7 @@ class RpcRequest:
     query: Mapping[str, str]
     body: bytes | None  # None: larger than DATA_UPLOAD_MAX_MEMORY_SIZE
     base_url: str
+    client: str = ""  # the client's address, as the server saw it
 
 
 @dataclass
@@ -152,15 +152,6 @@ def _id_if_any(body: bytes) -> Any:
         return exc.request_id
 
 
-def _lookup(tenant: str, agent: str, presented: str | None) -> tuple[Agent | None, Principal | None]:
-    found = agent_get(tenant_slug=tenant, agent_slug=agent)
-    if found is None:
-        return None, None
-    if presented:
-        return found, api_key_authenticate(agent=found, presented=presented)
-    return found, Principal.ANONYMOUS if found.is_public else None
-
-
 def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]:
     """The extensions the client asked for (A2A-Extensions) that this agent supports."""
     requested = {u.strip() for u in headers.get("a2a-extensions", "").split(",") if u.strip()}
@@ -182,23 +173,16 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         reply = _error(None, jsonrpc.INVALID_REQUEST, "send JSON-RPC requests with POST", 405)
         reply.headers["Allow"] = "POST"
         return reply
-    presented = request.headers.get(API_KEY_HEADER.lower())
-    cached = caller_cached(tenant_slug=request.tenant, agent_slug=request.agent, presented=presented)
-    if cached is None:
-        found, principal = await dbcalls.run(_lookup, request.tenant, request.agent, presented)
-    else:
-        found, principal = cached
-    if found is None:
+    caller = await auth.authenticate(
+        tenant=request.tenant, agent=request.agent, headers=request.headers, client=request.client
+    )
+    if caller is None:
         return _error(None, jsonrpc.INVALID_REQUEST, f"no agent at /agents/{request.tenant}/{request.agent}/", 404)
-    if principal is None:
-        reply = _error(
-            None,
-            jsonrpc.INVALID_REQUEST,
-            "invalid API key" if presented else f"this agent needs an API key in the {API_KEY_HEADER} header",
-            401,
-        )
-        reply.headers["WWW-Authenticate"] = f'ApiKey header="{API_KEY_HEADER}"'
+    if isinstance(caller, auth.Refusal):
+        reply = _error(None, jsonrpc.INVALID_REQUEST, caller.message, caller.status)
+        reply.headers.update(caller.headers)
         return reply
+    found, principal = caller.agent, caller.principal
 
     if request.body is None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE

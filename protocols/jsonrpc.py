@@ -56,6 +56,10 @@ def parse(body: bytes) -> Request:
     request_id = obj.get("id")
     if request_id is not None and (isinstance(request_id, bool) or not isinstance(request_id, (str, int, float))):
         raise EnvelopeError(INVALID_REQUEST, "id must be a string, a number or null")
+    try:  # the id first: an error about the params echoes it, so it must be writable
+        storable.check({"id": request_id})
+    except storable.Refused as exc:
+        raise EnvelopeError(INVALID_REQUEST, str(exc)) from None
     try:
         storable.check(obj, strings=storable.escapes_unstorable(body))
     except storable.Refused as exc:

@@ -55,6 +55,7 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
             query=request.GET,
             body=body,
             base_url=_base_url(request),
+            client=request.META.get("REMOTE_ADDR", ""),
         )
     )
     if isinstance(outcome, endpoint.Reply):

@@ -16,9 +16,14 @@ class PushConfigInput:
     auth_credentials: str = ""
 
 
+# What a config's owner reads back instead of the credentials it gave: they are stored sealed
+# and sent only to its receiver.
+REDACTED = "[redacted]"
+
+
 @dataclass(frozen=True)
 class PushConfigView:
-    """A config as its owner reads it back."""
+    """A config as its owner reads it back (credentials redacted)."""
 
     config_id: str
     task_id: str

@@ -17,7 +17,7 @@ from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
 from tasks_app.selectors import task_for_caller
 
-from .domain import PushConfigView
+from .domain import REDACTED, PushConfigView
 from .models import PushConfig
 from .sealing import Unsealable, unseal
 
@@ -38,7 +38,7 @@ def config_view(config: PushConfig) -> PushConfigView:
         url=config.url,
         token=_unsealed_or_blank(config, config.token_sealed, "token"),
         auth_scheme=config.auth_scheme,
-        auth_credentials=_unsealed_or_blank(config, config.credentials_sealed, "credentials"),
+        auth_credentials=REDACTED if config.credentials_sealed else "",
     )
 
 

@@ -27,7 +27,7 @@ from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark
 
 from . import dispatch, ssrf
-from .domain import PushConfigInput
+from .domain import REDACTED, PushConfigInput
 from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from .sealing import seal
 
@@ -53,6 +53,11 @@ def config_check(*, config: PushConfigInput) -> None:
         raise InvalidParams("authentication.scheme must be an HTTP authentication scheme such as Bearer")
     if config.auth_credentials and not config.auth_scheme:
         raise InvalidParams("authentication.scheme is required with authentication.credentials")
+    if config.auth_credentials == REDACTED:
+        raise InvalidParams(
+            f"authentication.credentials is {REDACTED}, what this server shows instead of stored credentials; "
+            "send the credentials themselves"
+        )
     for name, value in (("authentication.credentials", config.auth_credentials), ("token", config.token)):
         if not _HEADER_VALUE.match(value):
             raise InvalidParams(f"{name} must be printable ASCII (it is sent in an HTTP header)")

@@ -186,7 +186,12 @@ def task_list(
     history_length: int | None = None,
     include_artifacts: bool = False,
 ) -> tuple[list[TaskView], str, int]:
-    """One page of the caller's tasks, newest status first: (tasks, next token or "", total)."""
+    """One page of the caller's tasks, newest status first: (tasks, next token or "", total).
+    A caller that may not list (anonymous: its tasks are reachable only by their ids) has none."""
+    if page_token:
+        _decode_cursor(page_token)  # a bad token is refused the same for every caller
+    if not principal.can_list:
+        return [], "", 0
     base = Task.objects.filter(agent=agent, owner=principal.name, reply_only=False)
     if context_id:
         base = base.filter(context_id=context_id)

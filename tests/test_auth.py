@@ -26,12 +26,13 @@ def test_a_revoked_key_is_refused(rpc, echo_agent, alice_key):
     assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
 
 
-def test_a_key_of_another_tenant_is_refused(rpc, echo_agent):
+def test_a_valid_key_of_another_tenant_is_forbidden_here(rpc, echo_agent):
     from accounts.services import api_key_create, tenant_ensure
 
     other = tenant_ensure(slug="other", name="Other")
     _, key = api_key_create(tenant=other, name="mallory")
-    assert rpc(ECHO, "GetTask", {"id": "x"}, key=key).status == 401
+    response = rpc(ECHO, "GetTask", {"id": "x"}, key=key)
+    assert response.status == 403 and "may not call this agent" in response.error["message"]
 
 
 def test_keys_are_stored_only_as_hashes(alice_key):
@@ -75,27 +76,53 @@ def test_the_create_api_key_command_prints_a_working_key(rpc, echo_agent, capsys
     assert ApiKey.objects.get(name="ci").principal == "carol"
 
 
-def test_lookups_are_cached_briefly_and_a_revoked_key_stops_working_after(
-    rpc, echo_agent, alice_key, settings, django_assert_num_queries
-):
-    from django.utils import timezone
+@pytest.fixture
+def auth_caches(settings):
+    """Lookups cached as in production: while this process hears of every change on Redis."""
+    import time
 
+    from accounts import changes
     from accounts.selectors import caches_clear
 
     settings.AUTH_CACHE_SECONDS = 60
     caches_clear()
-    try:
+    deadline = time.monotonic() + 5
+    while not changes.caches_usable():
+        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
+        time.sleep(0.01)
+    yield
+    caches_clear()
+
+
+def test_a_cached_caller_costs_no_query_and_a_revocation_takes_effect_on_the_next_request(
+    rpc, echo_agent, alice_key, auth_caches, django_assert_num_queries
+):
+    from accounts.services import api_key_revoke
+
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32001
+    with django_assert_num_queries(0):  # agent and key both come from the cache
         assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32001
-        with django_assert_num_queries(0):  # agent and key both come from the cache
-            assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32001
-        ApiKey.objects.update(revoked_at=timezone.now())
-        assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 200  # still cached
-        settings.AUTH_CACHE_SECONDS = 0  # as if the entry had expired
-        assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
-        settings.AUTH_CACHE_SECONDS = 60
-        assert rpc(ECHO, "GetTask", {"id": "x"}, key="ask_0_bogus").status == 401  # misses are not cached
-    finally:
-        caches_clear()
+    api_key_revoke(key=ApiKey.objects.get(principal="alice"))
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
+
+
+def test_a_change_made_behind_the_services_back_takes_effect_when_the_cache_expires(
+    rpc, echo_agent, alice_key, auth_caches, settings
+):
+    from django.utils import timezone
+
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 200
+    ApiKey.objects.update(revoked_at=timezone.now())  # a bulk update sends no signal
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 200  # still cached
+    settings.AUTH_CACHE_SECONDS = 0  # as if the entry had expired
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key).status == 401
+
+
+def test_misses_are_not_cached(rpc, echo_agent, auth_caches):
+    from accounts.selectors import _keys
+
+    assert rpc(ECHO, "GetTask", {"id": "x"}, key="ask_000000000000_bogus").status == 401
+    assert not _keys._data
 
 
 def test_a_body_over_the_upload_limit_is_refused_in_json(rpc, echo_agent, alice_key, settings):
@@ -114,13 +141,13 @@ def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_
 ):
     from django.db import OperationalError
 
-    from protocols import endpoint
+    from protocols import auth
 
     def down(*args):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(endpoint, "_lookup", down)
-    monkeypatch.setattr(endpoint, "caller_cached", lambda **kwargs: None)
+    monkeypatch.setattr(auth, "_agent_and_credentials", down)
+    monkeypatch.setattr(auth, "_cached", lambda *args: None)
     response = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
     assert response.status == 503 and response.headers["Retry-After"] == "5"
     assert response.body == {
@@ -128,3 +155,18 @@ def test_a_database_down_before_the_caller_is_known_answers_503_in_json_rpc_not_
         "id": None,
         "error": {"code": -32603, "message": "the task store is unavailable; try again in 5 s"},
     }
+
+
+def test_a_key_s_last_use_is_recorded_once_a_minute_not_on_every_request(rpc, echo_agent, alice_key):
+    from accounts import selectors
+
+    stored = ApiKey.objects.get(principal="alice")
+    assert stored.last_used_at is None
+    rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
+    stored.refresh_from_db()
+    first = stored.last_used_at
+    assert first is not None
+    rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key)
+    stored.refresh_from_db()
+    assert stored.last_used_at == first
+    assert not selectors.key_touch_due(stored.pk)

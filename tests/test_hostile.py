@@ -162,11 +162,12 @@ def separate_database_key(attempt, name: str) -> None:
 
 @pytest.fixture
 def world(tenant):
-    """The keyed echo agent, the public conformance agent and a key, made once per test."""
+    """The keyed echo agent, the public conformance agent (a shared sandbox, so that anonymous
+    callers list tasks) and a key, made once per test."""
     from accounts.services import api_key_create
 
     make_agent(tenant, "echo", "echo")
-    make_agent(tenant, "conformance", "conformance", is_public=True)
+    make_agent(tenant, "conformance", "conformance", is_public=True, shared_sandbox=True)
     return api_key_create(tenant=tenant, name="alice", principal="alice")[1]
 
 

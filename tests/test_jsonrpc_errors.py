@@ -652,4 +652,14 @@ def test_a_path_that_names_no_agent_is_answered_in_json_rpc_without_a_query(
 def test_a_key_that_cannot_be_one_is_refused_without_a_query(rpc, echo_agent, key, django_assert_max_num_queries):
     with django_assert_max_num_queries(1):  # the agent
         response = rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=key)
-    assert response.status == 401 and response.error["message"] == "invalid API key"
+    assert response.status == 401
+    assert response.error["message"] == "the API key is not valid (unknown, revoked or expired)"
+
+
+def test_an_id_past_64_bits_with_params_too_deep_is_refused_for_the_id_not_answered_500(rpc, echo_agent, alice_key):
+    """Found by the hostile suite: the params' error echoed an id the encoder cannot write."""
+    body = b'{"jsonrpc":"2.0","id":18446744073709551616,"method":"GetTask","params":' + b'{"a":' * 70 + b"0" + b"}" * 71
+    response = rpc.raw("/agents/acme/echo/", body, key=alice_key)
+    assert response.status == 200
+    assert response.body["id"] is None and response.error["code"] == -32600
+    assert "64 bits" in response.error["message"]

@@ -104,7 +104,7 @@ def test_the_sweeper_sends_again_work_that_was_committed_but_never_enqueued(live
 
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # the broker "was down" at commit
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "lost"}])
-    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
+    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", api_key_id=1), message=message)
     monkeypatch.undo()
     settings.SWEEP_UNCLAIMED_AFTER = 0
     app.conf.task_always_eager = False  # this time, really go through the broker to the live worker

@@ -28,10 +28,11 @@ def assert_error(response, code, *fragments):
         assert fragment in response.error["message"], response.error["message"]
 
 
-def test_a_created_config_can_be_read_listed_and_deleted(rpc, alice_key, task_id):
+def test_a_created_config_can_be_read_listed_and_deleted_and_its_credentials_are_never_shown(rpc, alice_key, task_id):
     auth = {"scheme": "Bearer", "credentials": "s3cret-credentials"}
     created = create(rpc, alice_key, task_id, id="mine", token="t0ken", authentication=auth).result
-    assert created == {"id": "mine", "taskId": task_id, "url": HOOK, "token": "t0ken", "authentication": auth}
+    redacted = {"scheme": "Bearer", "credentials": "[redacted]"}
+    assert created == {"id": "mine", "taskId": task_id, "url": HOOK, "token": "t0ken", "authentication": redacted}
     assert (
         rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "mine"}, key=alice_key).result == created
     )
@@ -50,6 +51,11 @@ def test_delete_is_idempotent(rpc, alice_key, task_id):
             rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "once"}, key=alice_key).result == {}
         )
     assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "never"}, key=alice_key).result == {}
+
+
+def test_the_redaction_read_back_is_not_taken_for_credentials(rpc, alice_key, task_id):
+    response = create(rpc, alice_key, task_id, authentication={"scheme": "Bearer", "credentials": "[redacted]"})
+    assert_error(response, -32602, "send the credentials themselves")
 
 
 def test_the_server_chooses_an_id_when_the_client_gives_none(rpc, alice_key, task_id):
@@ -169,7 +175,12 @@ def test_a_config_whose_secrets_no_configured_key_opens_is_still_read_and_delete
     create(rpc, alice_key, task_id, id="old", token="t0ken", authentication={"scheme": "Bearer", "credentials": "c"})
     settings.PUSH_CREDENTIALS_KEY = [Fernet.generate_key().decode()]  # the sealing key was dropped
     got = rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task_id, "id": "old"}, key=alice_key).result
-    assert got == {"id": "old", "taskId": task_id, "url": HOOK, "authentication": {"scheme": "Bearer"}}
+    assert got == {
+        "id": "old",
+        "taskId": task_id,
+        "url": HOOK,
+        "authentication": {"scheme": "Bearer", "credentials": "[redacted]"},
+    }
     assert "cannot be decrypted" in caplog.text
     assert rpc(ECHO, "DeleteTaskPushNotificationConfig", {"taskId": task_id, "id": "old"}, key=alice_key).result == {}
 
@@ -194,7 +205,7 @@ def test_an_inline_config_covers_the_new_task_from_its_first_event(rpc, echo_age
     assert Task.objects.get(pk=task["id"]).has_push_configs
     assert {pk for pk, _ in push_jobs} == {config.pk}
     got = rpc(ECHO, "GetTaskPushNotificationConfig", {"taskId": task["id"], "id": "inline"}, key=alice_key).result
-    assert got["authentication"] == inline["authentication"]
+    assert got["authentication"] == {"scheme": "Bearer", "credentials": "[redacted]"}
 
 
 def test_an_inline_config_on_a_follow_up_covers_the_follow_up(rpc, tenant, alice_key, push_jobs):

@@ -15,6 +15,7 @@ def test_send_message_with_return_immediately_writes_the_new_task_in_one_stateme
     enqueued = []
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: enqueued.append(kw))
     params = {"message": user_message(), "configuration": {"returnImmediately": True}}
+    rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key)  # the key's use of the minute is recorded
     # agent + key lookups, then one statement inserting task, message, status change and event.
     with django_assert_num_queries(3):
         task = rpc("/agents/acme/echo/", "SendMessage", params, key=alice_key).result["task"]
@@ -38,7 +39,7 @@ def test_a_run_of_the_echo_agent_costs_two_statements(echo_agent, monkeypatch, d
 
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
-    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", 1), message=message)
+    task, _ = services.message_receive(agent=echo_agent, principal=Principal("alice", api_key_id=1), message=message)
     # The claim with the inputs; the artifact and the completion together.
     with django_assert_num_queries(2):
         assert runner.run(task_id=task.pk, run_token=task.run_token) == "done"
@@ -47,6 +48,7 @@ def test_a_run_of_the_echo_agent_costs_two_statements(echo_agent, monkeypatch, d
 def test_a_blocking_send_message_to_the_echo_agent_costs_six_statements_end_to_end(
     rpc, echo_agent, alice_key, django_assert_num_queries
 ):
+    rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key)  # the key's use of the minute is recorded
     # In-process the run happens right after commit on the same connection, so this counts the
     # web's and the worker's statements together: agent + key lookups, the new task, the claim
     # with the inputs, the answer with the completion, and the final read.

@@ -33,7 +33,7 @@ def run_with(tenant, monkeypatch):
         registered.append(name)
         agent = make_agent(tenant, name, name)
         message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": text}])
-        task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+        task, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
         outcome = runner.run(task_id=task.pk, run_token=str(task.run_token))
         task.refresh_from_db()
         return task, outcome
@@ -146,7 +146,7 @@ def test_a_run_that_cannot_reach_the_store_stays_unclaimed_for_the_sweeper_to_se
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     agent = make_agent(tenant, "echo", "echo")
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hi"}])
-    task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+    task, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
     end_sessions("pid = %s", backend_pid())
 
     assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "store-unavailable"
@@ -228,7 +228,7 @@ def test_an_agent_with_an_unknown_executor_fails_clearly(tenant, monkeypatch):
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     agent = make_agent(tenant, "ghost", "no-such-executor")
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "x"}])
-    task, _ = services.message_receive(agent=agent, principal=Principal("alice", 1), message=message)
+    task, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
     assert runner.run(task_id=task.pk, run_token=task.run_token) == "failed"
     task.refresh_from_db()
     assert task.failure == "misconfigured" and "no-such-executor" in task.status_changes.last().reason

@@ -28,6 +28,8 @@ DEMO_AGENTS = {
         "description": "Behaves as the official A2A conformance suite (a2a-tck) expects, by messageId prefix.",
         "executor": "conformance",
         "is_public": True,
+        # The suite lists the tasks it made without a key: every caller shares one principal.
+        "shared_sandbox": True,
         # It reads only the messageId, so it takes parts of any media type, as its table says
         # ("anything else: completes"). The suite sends CORE-SEND-003's part of an unknown type
         # and, in the vendored version, counts only a success as a pass, although the
