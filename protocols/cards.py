@@ -1,15 +1,60 @@
 """The A2A 1.0 agent card of a hosted agent. It declares only what works: one JSON-RPC
-interface, capabilities as implemented, and the API-key scheme the server enforces."""
+interface, capabilities as implemented, and exactly the schemes the server enforces (an API
+key; bearer tokens when the tenant has an OpenID Connect issuer), required unless the agent is
+public. Its description ends with who sees which tasks (docs/tenancy.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from accounts.models import Agent
+from accounts.selectors import oidc_issuer_of
 from tasks_app import media
 
 API_KEY_HEADER = "X-API-Key"
 API_KEY_SCHEME = "apiKey"
+OIDC_SCHEME = "oidc"
+
+VISIBILITY = {
+    "keyed": "Each caller sees only the tasks it created.",
+    "public": "Callers without a key are welcome: each of their tasks is reachable only by its id, and "
+    "ListTasks shows them none. Callers with a key see only the tasks they created.",
+    "sandbox": "This agent is a shared sandbox: every caller acts as one principal and sees every task of "
+    "this agent, other callers' messages included.",
+}
+
+
+def visibility(agent: Agent) -> str:
+    """Who sees which tasks of this agent, in one sentence."""
+    return VISIBILITY["sandbox" if agent.shared_sandbox else "public" if agent.is_public else "keyed"]
+
+
+def security(agent: Agent) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The card's securitySchemes and securityRequirements: what protocols.auth enforces."""
+    schemes: dict[str, Any] = {
+        API_KEY_SCHEME: {
+            "apiKeySecurityScheme": {
+                "location": "header",
+                "name": API_KEY_HEADER,
+                "description": "An API key of the agent's tenant. "
+                + ("Optional here." if agent.is_public else "Required, unless a bearer token is sent."),
+            }
+        }
+    }
+    issuer = oidc_issuer_of(agent)
+    if issuer is not None:
+        schemes[OIDC_SCHEME] = {
+            "openIdConnectSecurityScheme": {
+                "openIdConnectUrl": issuer.issuer.rstrip("/") + "/.well-known/openid-configuration",
+                "description": f"An access token from {issuer.issuer} for the audience {issuer.audience}, "
+                "in Authorization: Bearer.",
+            }
+        }
+    # Any one scheme is enough (requirements are alternatives); none, for a public agent.
+    requirements: list[dict[str, Any]] = (
+        [] if agent.is_public else [{"schemes": {name: {"list": []}}} for name in schemes]
+    )
+    return schemes, requirements
 
 
 def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
@@ -26,9 +71,10 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         }
         for s in agent.skills
     ]
+    schemes, requirements = security(agent)
     card: dict[str, Any] = {
         "name": agent.name,
-        "description": agent.description,
+        "description": f"{agent.description.rstrip()}\n\n{visibility(agent)}",
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
         "provider": {"organization": agent.tenant.name, "url": base_url},
         "version": agent.version,
@@ -38,26 +84,13 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
             "extendedAgentCard": agent.has_extended_card,
             **({"extensions": agent.extensions} if agent.extensions else {}),
         },
-        "securitySchemes": {
-            API_KEY_SCHEME: {
-                "apiKeySecurityScheme": {
-                    "location": "header",
-                    "name": API_KEY_HEADER,
-                    "description": "A tenant API key. "
-                    + (
-                        "Optional here: without one you act as the shared anonymous caller."
-                        if agent.is_public
-                        else "Required."
-                    ),
-                }
-            }
-        },
+        "securitySchemes": schemes,
         "defaultInputModes": media.declared(agent.input_modes),
         "defaultOutputModes": media.declared(agent.output_modes),
         "skills": skills,
     }
-    if not agent.is_public:
-        card["securityRequirements"] = [{"schemes": {API_KEY_SCHEME: {"list": []}}}]
+    if requirements:
+        card["securityRequirements"] = requirements
     return card
 
 

@@ -16,7 +16,7 @@ from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
-from accounts.selectors import agent_get
+from accounts.selectors import agent_get, oidc_issuer_of
 from tasks_app import streams
 
 from . import dialects, endpoint
@@ -78,7 +78,8 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
     body = orjson.dumps(dialects.default().card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
-    last_modified = max(found.updated_at, found.tenant.updated_at)
+    issuer = oidc_issuer_of(found)  # its schemes are on the card too
+    last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))
     headers: dict[str, Any] = {
         "ETag": etag,
         "Last-Modified": http_date(last_modified.timestamp()),

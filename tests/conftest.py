@@ -403,7 +403,8 @@ def live(django_db_setup, django_db_blocker):
         "REDIS_URL": os.environ["REDIS_URL"],
         "DB_POOL": "1",
         "DB_THREADS": "6",
-        "AUTH_CACHE_SECONDS": "0",
+        # As in production: lookups cached, and dropped everywhere on a change (accounts.changes).
+        "AUTH_CACHE_SECONDS": "30",
         "DB_POOL_MAX": "8",
         "HINT_FALLBACK_POLL": "0.5",
         "SSE_HEARTBEAT": "1",

@@ -34,6 +34,38 @@ def test_a_key_protected_agent_declares_and_requires_the_api_key_header(client, 
 def test_a_public_agent_requires_nothing(client, conformance_agent):
     card = client.get("/agents/acme/conformance/.well-known/agent-card.json").json()
     assert "securityRequirements" not in card
+    assert "apiKey" in card["securitySchemes"]
+
+
+def test_a_tenant_with_an_openid_connect_issuer_offers_bearer_tokens_as_the_alternative(client, echo_agent):
+    from accounts.services import oidc_issuer_set
+
+    oidc_issuer_set(
+        tenant=echo_agent.tenant,
+        issuer="https://id.acme.example",
+        audience="agents",
+        jwks_url="https://id.acme.example/jwks",
+    )
+    card = client.get(CARD).json()
+    oidc = card["securitySchemes"]["oidc"]["openIdConnectSecurityScheme"]
+    assert oidc["openIdConnectUrl"] == "https://id.acme.example/.well-known/openid-configuration"
+    assert card["securityRequirements"] == [{"schemes": {"apiKey": {"list": []}}}, {"schemes": {"oidc": {"list": []}}}]
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({}, "Each caller sees only the tasks it created."),
+        ({"is_public": True}, "each of their tasks is reachable only by its id, and ListTasks shows them none"),
+        ({"is_public": True, "shared_sandbox": True}, "every caller acts as one principal and sees every task"),
+    ],
+)
+def test_each_card_s_description_says_who_sees_which_tasks(client, echo_agent, fields, says):
+    for name, value in fields.items():
+        setattr(echo_agent, name, value)
+    echo_agent.save()
+    description = client.get(CARD).json()["description"]
+    assert description.startswith(echo_agent.description) and says in description
 
 
 def test_the_card_is_cacheable_and_revalidates(client, echo_agent):

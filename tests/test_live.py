@@ -228,3 +228,29 @@ def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, ali
     assert done["artifacts"] and Task.objects.get(pk=task_id).run_retries == 1
     seqs = list(Task.objects.get(pk=task_id).events.order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, len(seqs) + 1))  # the event log has no gap and no duplicate
+
+
+def test_a_key_revoked_by_another_process_fails_on_the_next_request_to_every_web_process(live, echo_agent, alice_key):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    for url in live.urls:  # cached in both processes now
+        for _ in range(2):
+            response = httpx.post(
+                f"{url}/agents/acme/echo/",
+                json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+                headers={**V1, "X-API-Key": alice_key},
+            )
+            assert response.status_code == 200
+    subprocess.run(
+        [sys.executable, "manage.py", "revoke_api_key", alice_key], cwd=ROOT, env=live.env, check=True, timeout=60
+    )
+    for url in live.urls:
+        response = httpx.post(
+            f"{url}/agents/acme/echo/",
+            json={"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}},
+            headers={**V1, "X-API-Key": alice_key},
+        )
+        assert response.status_code == 401, url

@@ -1,26 +1,53 @@
-import json
-
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts.models import Tenant
-from accounts.services import api_key_create
+from accounts.models import Agent
+from accounts.services import AccountError, api_key_create
+
+from ._args import dumps, tenant_or_error, when
 
 
 class Command(BaseCommand):
-    help = "Create an API key for a tenant and print it (only its hash is stored)."
+    help = "Create an API key for a tenant and print it once (only its hash and prefix are stored)."
 
     def add_arguments(self, parser):
         parser.add_argument("tenant", help="tenant slug")
         parser.add_argument("--name", default="cli", help="a label for the key")
-        parser.add_argument("--principal", help="who the key acts as (default: the name)")
+        parser.add_argument(
+            "--principal",
+            help="who the key acts as; keys naming the same principal share their tasks "
+            "(default: the key is its own principal, key:<prefix>)",
+        )
+        parser.add_argument(
+            "--agent", action="append", default=[], metavar="SLUG", help="limit the key to this agent (repeatable)"
+        )
+        parser.add_argument("--expires", help="when it stops working: 30d, 12h, 90m, or an ISO 8601 time")
         parser.add_argument("--json", action="store_true", help="print a JSON object")
 
-    def handle(self, *args, tenant, name, principal, **options):
-        found = Tenant.objects.filter(slug=tenant).first()
-        if found is None:
-            raise CommandError(f"no tenant {tenant!r}")
-        key, plaintext = api_key_create(tenant=found, name=name, principal=principal)
+    def handle(self, *args, tenant, name, principal, agent, expires, **options):
+        found = tenant_or_error(tenant)
+        agents = list(Agent.objects.filter(tenant=found, slug__in=agent))
+        missing = sorted(set(agent) - {a.slug for a in agents})
+        if missing:
+            raise CommandError(f"{found.slug} has no agent {', '.join(missing)}")
+        try:
+            key, plaintext = api_key_create(
+                tenant=found,
+                name=name,
+                principal=principal,
+                agents=agents,
+                expires_at=when(expires) if expires else None,
+            )
+        except AccountError as exc:
+            raise CommandError(str(exc)) from None
         if options["json"]:
-            self.stdout.write(json.dumps({"tenant": tenant, "principal": key.principal, "api_key": plaintext}))
+            summary = {
+                "tenant": found.slug,
+                "prefix": key.prefix,
+                "principal": key.principal,
+                "agents": sorted(a.slug for a in agents),
+                "expires_at": key.expires_at,
+                "api_key": plaintext,
+            }
+            self.stdout.write(dumps(summary))
         else:
             self.stdout.write(plaintext)
