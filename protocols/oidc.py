@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import logging
 import re
 import threading
@@ -92,8 +93,9 @@ def _read_header(token: str) -> tuple[str, str | None]:
             raise BearerRefused("malformed: encrypted tokens (JWE) are not accepted; send a signed JWT")
         raise BearerRefused("malformed: the token is not a JWT (three base64url parts separated by dots)")
     try:
-        header = orjson.loads(_b64decode(token.partition(".")[0]))
-    except (binascii.Error, ValueError):  # orjson.JSONDecodeError is a ValueError
+        # The parser PyJWT reads it with later, so that whatever passes here passes there.
+        header = json.loads(_b64decode(token.partition(".")[0]))
+    except (binascii.Error, ValueError, RecursionError):  # UnicodeDecodeError, JSONDecodeError are ValueErrors
         raise BearerRefused("malformed: the token's header is not base64url-encoded JSON") from None
     if not isinstance(header, dict):
         raise BearerRefused("malformed: the token's header is not a JSON object")

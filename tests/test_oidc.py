@@ -327,6 +327,7 @@ def test_a_critical_extension_is_refused(issuer):
         "WzFd.e30.sig",  # header: [1]
         b64(b"\xff\xfe") + ".e30.sig",  # header: not UTF-8
         b64(b"[" * 5000) + ".e30.sig",  # header: nested past any parser's depth
+        b64(b'{"alg": "RS256", "x": ' + b"[" * 1000 + b"]" * 1000 + b"}") + ".e30.sig",  # past Python's
         "A.e30.sig",  # header: one base64 character is no byte
     ],
 )
