@@ -103,7 +103,7 @@ def _read_header(token: str) -> tuple[str, str | None]:
     if alg not in ALGORITHMS:
         raise BearerRefused(f"algorithm not allowed: the token must be signed with one of {', '.join(ALGORITHMS)}")
     if kid is not None and not (isinstance(kid, str) and kid):
-        raise BearerRefused("malformed: the token's key id (kid) is not a string")
+        raise BearerRefused("malformed: the token's key id (kid) is not a non-empty string")
     if "crit" in header:
         # RFC 7515: a recipient that does not understand every critical extension refuses.
         raise BearerRefused("malformed: the token requires extensions (crit) this server does not support")
@@ -275,7 +275,8 @@ def _parse_jwks(document: Any) -> tuple[_Key, ...]:
         if alg is not None and alg not in ALGORITHMS:
             continue
         try:
-            parsed = jwt.PyJWK(data)
+            # Without an alg PyJWK would take an OKP key for Ed25519 only; Ed448 signs EdDSA too.
+            parsed = jwt.PyJWK(data, algorithm="EdDSA" if alg is None and data["kty"] == "OKP" else None)
         except (jwt.PyJWTError, ValueError, TypeError, KeyError):
             continue  # one key this server cannot use does not spoil the others
         keys.append(_Key(kid=kid if isinstance(kid, str) else None, alg=alg, key=parsed.key))

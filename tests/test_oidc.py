@@ -21,7 +21,7 @@ from typing import Any
 import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
@@ -39,6 +39,7 @@ RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 OTHER_RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 EC_KEY = ec.generate_private_key(ec.SECP256R1())
 ED_KEY = ed25519.Ed25519PrivateKey.generate()
+ED448_KEY = ed448.Ed448PrivateKey.generate()
 
 
 def jwk(private_key: Any, kid: str, **extra: Any) -> dict[str, Any]:
@@ -77,7 +78,9 @@ class Issuer:
     port: serves `jwks` (or the `answer` set), after `delay`, and records every request."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self.jwks: dict[str, Any] = {"keys": [jwk(RSA_KEY, "rsa-1"), jwk(EC_KEY, "ec-1"), jwk(ED_KEY, "ed-1")]}
+        self.jwks: dict[str, Any] = {
+            "keys": [jwk(RSA_KEY, "rsa-1"), jwk(EC_KEY, "ec-1"), jwk(ED_KEY, "ed-1"), jwk(ED448_KEY, "ed448-1")]
+        }
         self.answer: tuple[int, dict[str, str], bytes] | None = None
         self.delay = 0.0
         self.requests: list[tuple[str, str]] = []
@@ -184,6 +187,7 @@ def refused(value: str, issuer: OidcIssuer) -> str:
         (RSA_KEY, "PS256", "rsa-1"),  # the JWK names no alg: any RSA algorithm may use it
         (EC_KEY, "ES256", "ec-1"),
         (ED_KEY, "EdDSA", "ed-1"),
+        (ED448_KEY, "EdDSA", "ed448-1"),
     ],
 )
 def test_a_token_signed_with_a_published_key_gives_its_subject(issuer, key, alg, kid):
@@ -279,7 +283,7 @@ def test_an_unsigned_token_alg_none_is_refused(issuer):
     assert refused(hand_made({"alg": "none"}, claims()), issuer).startswith("algorithm not allowed")
 
 
-@pytest.mark.parametrize("alg", ["HS256", "HS512", "ES256K", "RSA-OAEP", "", None, ["RS256"]])
+@pytest.mark.parametrize("alg", ["HS256", "HS512", "ES256K", "RSA-OAEP", "rs256", "", None, ["RS256"]])
 def test_only_asymmetric_signature_algorithms_are_allowed(issuer, alg):
     assert refused(hand_made({"alg": alg, "kid": "rsa-1"}, claims(), b"sig"), issuer).startswith(
         "algorithm not allowed"
@@ -300,6 +304,11 @@ def test_a_key_that_declares_its_algorithm_is_used_with_that_one_only(issuer, is
 def test_without_a_kid_among_several_fitting_keys_none_is_guessed(issuer, issuer_server):
     issuer_server.jwks = {"keys": [jwk(RSA_KEY, "rsa-1"), jwk(OTHER_RSA_KEY, "rsa-2")]}
     assert refused(token(kid=None), issuer).startswith("unknown key")
+
+
+@pytest.mark.parametrize("kid", ["", 7, ["rsa-1"], {"kid": "rsa-1"}])
+def test_a_kid_that_is_not_a_string_is_refused(issuer, kid):
+    assert "kid" in refused(hand_made({"alg": "RS256", "kid": kid}, claims(), b"sig"), issuer)
 
 
 def test_a_critical_extension_is_refused(issuer):
