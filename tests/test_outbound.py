@@ -14,6 +14,12 @@ from tests.receiver import Answer
 ALLOW_LOCAL = ssrf.parse_networks(["127.0.0.1/32"])
 
 
+def test_outbound_is_plain_python_not_a_django_app(settings):
+    # Every app may use it, push and protocols alike: it sits below all of them
+    # (tests/test_imports.py checks it imports none of them).
+    assert not any(app == "outbound" or app.startswith("outbound.") for app in settings.INSTALLED_APPS)
+
+
 def refusal(address: str, allow=()) -> str | None:
     return ssrf.address_refusal(ipaddress.ip_address(address), allow)
 
