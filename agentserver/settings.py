@@ -187,6 +187,11 @@ AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT
 # addresses, except those in these comma-separated CIDRs (e.g. "10.1.2.0/24,::1/128").
 OUTBOUND_ALLOW_NETS = env.list("OUTBOUND_ALLOW_NETS", default=[])
+# Bearer tokens (protocols/oidc.py, docs/oidc.md): a tenant issuer's JWKS is kept this long
+# (seconds; a token naming an unknown key fetches it again, at most every 30 s), and fetching
+# it may take this long per connect and per read.
+OIDC_JWKS_CACHE_SECONDS = env.float("OIDC_JWKS_CACHE_SECONDS", default=300.0)
+OIDC_JWKS_TIMEOUT = env.float("OIDC_JWKS_TIMEOUT", default=3.0)
 # Seconds to connect, and between bytes of the answer, per attempt.
 PUSH_TIMEOUT = env.float("PUSH_TIMEOUT", default=5.0)
 # Attempts per event before its delivery (and the config, which keeps event order) is dead.

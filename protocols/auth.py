@@ -3,12 +3,14 @@ is read as anything: an API key (X-API-Key), a bearer token from the tenant's Op
 issuer (Authorization: Bearer), or nobody (public agents only).
 
 Missing or bad credentials answer 401 with a `WWW-Authenticate` challenge for each scheme
-the agent's card declares; a valid credential that may not call this agent answers 403. On
+the agent's card declares; a valid credential that may not call this agent answers 403; a
+bearer token whose issuer's keys cannot be fetched just now answers 503 with Retry-After. On
 an agent that is a shared sandbox every caller acts as one principal.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -25,7 +27,7 @@ from .cards import API_KEY_HEADER
 
 @dataclass(frozen=True)
 class Refusal:
-    status: int  # 401 or 403
+    status: int  # 401, 403, or 503 (a bearer token's issuer cannot be reached just now)
     message: str
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -46,6 +48,10 @@ def _challenge(agent: Agent, issuer_known: bool, *, error: str = "") -> dict[str
             bearer += f', error="invalid_token", error_description="{error}"'
         challenges.append(bearer)
     return {"WWW-Authenticate": ", ".join(challenges)}
+
+
+def _seconds(delay: float) -> str:
+    return str(max(1, math.ceil(delay)))
 
 
 def _bearer(headers: Mapping[str, str]) -> str | None:
@@ -111,6 +117,11 @@ async def authenticate(*, tenant: str, agent: str, headers: Mapping[str, str], c
             subject = await oidc.verify(token, issuer)
         except oidc.BearerRefused as exc:
             return Refusal(401, f"the bearer token is not valid: {exc}", _challenge(found, True, error=str(exc)))
+        except oidc.IssuerUnavailable as exc:
+            # Not the caller's fault, and not a verdict on its token: it may send it again.
+            return Refusal(
+                503, f"the bearer token cannot be checked: {exc}", {"Retry-After": _seconds(exc.retry_after)}
+            )
         principal = Principal(name=f"{services.OIDC_PRINCIPAL_NAMESPACE}:{subject}")
         identity = f"oidc:{found.tenant_id}:{subject}"
     elif found.is_public:

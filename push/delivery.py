@@ -22,9 +22,10 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
+from outbound import client, ssrf
 from tasks_app import encoders
 
-from . import dispatch, outbound, selectors, services, signing, ssrf
+from . import dispatch, selectors, services, signing
 from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
@@ -111,21 +112,21 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
             error="the config's secrets cannot be decrypted (was PUSH_CREDENTIALS_KEY changed?)",
         )
     try:
-        response = outbound.post(
+        response = client.post(
             destination,
             body=body,
             headers=headers,
             timeout=settings.PUSH_TIMEOUT,
             max_body=settings.PUSH_RESPONSE_MAX_BYTES,
         )
-    except outbound.SendError as exc:
+    except client.SendError as exc:
         return record(status_code=None, latency_ms=exc.latency_ms, error=str(exc), jti=claims["jti"])
     error = ""
     retry_after = None
     if not 200 <= response.status < 300:
         excerpt = response.body[:500].decode("utf-8", errors="replace")
         error = f"HTTP {response.status}" + (f": {excerpt}" if excerpt else "")
-        retry_after = outbound.retry_after_seconds(response.headers.get("Retry-After"))
+        retry_after = client.retry_after_seconds(response.headers.get("Retry-After"))
     return record(
         status_code=response.status,
         latency_ms=response.latency_ms,

@@ -22,11 +22,12 @@ from django.utils import timezone
 
 from accounts.models import Agent
 from accounts.selectors import Principal
+from outbound import ssrf
 from tasks_app.errors import InvalidParams
 from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark
 
-from . import dispatch, ssrf
+from . import dispatch
 from .domain import REDACTED, PushConfigInput
 from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from .sealing import seal
@@ -171,7 +172,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     """The oldest event after the config's cursor and how often it was tried already; None
     when nothing is due or the lease is no longer ours.
 
-    The lease needs no renewing here: a lease outlasts one attempt by far (`outbound.post`
+    The lease needs no renewing here: a lease outlasts one attempt by far (`outbound.client.post`
     bounds it), and every delivered attempt extends it (`attempt_record`), so a batch of slow
     attempts never lets a second job in."""
     config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()

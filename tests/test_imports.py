@@ -1,6 +1,7 @@
-"""Imports run one way: accounts, then tasks_app, then push, then the protocol edge, then the
-project package. Read from the source (every import statement, function-level ones too) and
-followed to any depth, so a late import cannot hide a cycle."""
+"""Imports run one way: outbound (plain Python, settings only), then accounts, then tasks_app,
+then push, then the protocol edge, then the project package. Read from the source (every
+import statement, function-level ones too) and followed to any depth, so a late import cannot
+hide a cycle."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["accounts", "tasks_app", "push", "protocols", "registry", "agentserver"]
+LAYERS = ["outbound", "accounts", "tasks_app", "push", "protocols", "registry", "agentserver"]
 
 
 def _module_name(path: Path) -> str:

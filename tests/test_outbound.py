@@ -1,16 +1,23 @@
-"""The SSRF guard and the outgoing HTTP client: only public addresses, resolved once and
-connected to as checked, no redirects, a capped read. Verdicts are tested on the guard
-itself (address in, verdict out); nothing here sends traffic beyond 127.0.0.1."""
+"""The SSRF guard and the outgoing HTTP client (outbound/, used by push and OIDC): only public
+addresses, resolved once and connected to as checked, no redirects, a capped read, for POST
+and GET alike. Verdicts are tested on the guard itself (address in, verdict out); nothing
+here sends traffic beyond 127.0.0.1."""
 
 import ipaddress
 from datetime import UTC
 
 import pytest
 
-from push import outbound, ssrf
+from outbound import client, ssrf
 from tests.receiver import Answer
 
 ALLOW_LOCAL = ssrf.parse_networks(["127.0.0.1/32"])
+
+
+def test_outbound_is_plain_python_not_a_django_app(settings):
+    # Every app may use it, push and protocols alike: it sits below all of them
+    # (tests/test_imports.py checks it imports none of them).
+    assert not any(app == "outbound" or app.startswith("outbound.") for app in settings.INSTALLED_APPS)
 
 
 def refusal(address: str, allow=()) -> str | None:
@@ -137,7 +144,7 @@ def test_the_connection_goes_to_the_checked_address_with_the_name_as_host(receiv
     destination = ssrf.check(receiver.url(host="receiver.example.test"))
     # Whatever the name resolves to from now on (DNS rebinding), the checked address is used.
     dns["receiver.example.test"] = ["127.0.0.2"]
-    response = outbound.post(
+    response = client.post(
         destination, body=b"{}", headers={"Content-Type": "application/a2a+json"}, timeout=2, max_body=1024
     )
     assert response.status == 200
@@ -185,18 +192,18 @@ def test_https_goes_to_the_checked_address_and_verifies_the_certificate_of_the_n
     server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_tls.load_cert_chain(cert, key)
     trusting = ssl.create_default_context(cafile=cert)
-    monkeypatch.setattr(outbound, "_tls", trusting)
+    monkeypatch.setattr(client, "_tls", trusting)
     receiver = Receiver(tls=server_tls).start()
     try:
         dns["secure.example.test"] = ["127.0.0.1"]
         dns["other.example.test"] = ["127.0.0.1"]
-        ok = outbound.post(
+        ok = client.post(
             ssrf.check(receiver.url(host="secure.example.test")), body=b"{}", headers={}, timeout=2, max_body=1024
         )
         assert ok.status == 200 and receiver.requests[0].headers["host"] == f"secure.example.test:{receiver.port}"
         # The same address under a name the certificate does not cover: TLS refuses it.
-        with pytest.raises(outbound.SendError, match="CERTIFICATE_VERIFY_FAILED|hostname"):
-            outbound.post(
+        with pytest.raises(client.SendError, match="CERTIFICATE_VERIFY_FAILED|hostname"):
+            client.post(
                 ssrf.check(receiver.url(host="other.example.test")), body=b"{}", headers={}, timeout=2, max_body=1024
             )
     finally:
@@ -205,31 +212,61 @@ def test_https_goes_to_the_checked_address_and_verifies_the_certificate_of_the_n
 
 def test_redirects_are_not_followed(receiver):
     receiver.answer(Answer(302, {"Location": receiver.url("/elsewhere")}))
-    response = outbound.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=1024)
+    response = client.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=1024)
     assert response.status == 302
     assert [r.path for r in receiver.requests] == ["/hook"]
 
 
 def test_the_answer_is_read_only_up_to_the_cap(receiver):
     receiver.answer(Answer(200, {}, b"x" * 1_000_000))
-    response = outbound.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=4096)
+    response = client.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=4096)
     assert response.status == 200 and len(response.body) == 4096
 
 
 def test_a_closed_port_is_a_send_error_not_an_exception_of_the_http_library(receiver):
     destination = ssrf.check(receiver.url())
     receiver.stop()
-    with pytest.raises(outbound.SendError, match="ConnectError"):
-        outbound.post(destination, body=b"{}", headers={}, timeout=2, max_body=1024)
+    with pytest.raises(client.SendError, match="ConnectError"):
+        client.post(destination, body=b"{}", headers={}, timeout=2, max_body=1024)
+
+
+def test_a_get_reads_the_answer_through_the_same_guarantees(receiver, dns):
+    dns["keys.example.test"] = ["127.0.0.1"]
+    receiver.answer(Answer(200, {"Content-Type": "application/json"}, b'{"keys": []}'))
+    response = client.get(
+        ssrf.check(receiver.url("/jwks", host="keys.example.test")), headers={}, timeout=2, max_body=1024
+    )
+    assert (response.status, response.body, response.truncated) == (200, b'{"keys": []}', False)
+    (request,) = receiver.requests
+    assert request.path == "/jwks" and request.body == b""
+    assert request.headers["host"] == f"keys.example.test:{receiver.port}"
+
+
+def test_a_get_follows_no_redirect_either(receiver):
+    receiver.answer(Answer(301, {"Location": "http://169.254.169.254/latest/meta-data/"}))
+    response = client.get(ssrf.check(receiver.url("/jwks")), headers={}, timeout=2, max_body=1024)
+    assert response.status == 301 and [r.path for r in receiver.requests] == ["/jwks"]
+
+
+def test_a_get_reads_only_up_to_the_cap_and_says_it_stopped_there(receiver):
+    receiver.answer(Answer(200, {}, b"x" * 1_000_000))
+    response = client.get(ssrf.check(receiver.url()), headers={}, timeout=2, max_body=4096)
+    assert len(response.body) == 4096 and response.truncated
+
+
+def test_no_compressed_answer_is_asked_for_since_the_cap_counts_bytes_on_the_wire(receiver):
+    client.get(ssrf.check(receiver.url()), headers={}, timeout=2, max_body=1024)
+    client.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=2, max_body=1024)
+    assert [r.headers["accept-encoding"] for r in receiver.requests] == ["identity", "identity"]
 
 
 @pytest.mark.parametrize("header, seconds", [("7", 7.0), ("0", 0.0), ("soon", None), ("", None), (None, None)])
 def test_retry_after_is_read_as_seconds(header, seconds):
-    assert outbound.retry_after_seconds(header) == seconds
+    assert client.retry_after_seconds(header) == seconds
 
 
 def test_retry_after_may_be_an_http_date():
     from datetime import datetime
 
     now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-    assert outbound.retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", now=now) == 30.0
+    assert client.retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", now=now) == 30.0

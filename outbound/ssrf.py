@@ -1,8 +1,8 @@
-"""The SSRF guard: push notifications go only to public addresses.
+"""The SSRF guard: outgoing requests go only to public addresses.
 
-A client chooses the URL we POST to, so without a guard the server would reach whatever the
-client names: the cloud metadata service, a database on the private network, the admin on
-loopback. The rules:
+Someone else chooses the URLs this server sends to (a client its push receiver, a tenant its
+issuer's JWKS), so without a guard the server would reach whatever they name: the cloud
+metadata service, a database on the private network, the admin on loopback. The rules:
 
 - only http and https, no credentials in the URL;
 - the host is resolved once, every address it resolves to must be permitted, and the
@@ -11,7 +11,7 @@ loopback. The rules:
 - refused: loopback, private, link-local, multicast, reserved, carrier-grade NAT and the other
   special-purpose ranges, IPv4 and IPv6, including v4-mapped/-compatible and NAT64 forms of
   them, unless `OUTBOUND_ALLOW_NETS` names the address;
-- the HTTP client (push.outbound) follows no redirects and caps what it reads.
+- the HTTP client (outbound.client) follows no redirects and caps what it reads.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ _getaddrinfo = socket.getaddrinfo
 
 
 class Refused(Exception):
-    """The URL may not be pushed to; the message says why, for the client and the log."""
+    """The URL may not be sent to; the message says why, for the client and the log."""
 
 
 class Unresolved(Exception):
@@ -170,7 +170,7 @@ def _parse(url: str) -> tuple[str, str, int, str]:
     if scheme not in ("http", "https"):
         raise Refused(f"the url {url!r} must use http or https")
     if parts.username is not None or parts.password is not None:
-        raise Refused("the url must not carry credentials; put them in `authentication`")
+        raise Refused("the url must not carry credentials (user:password@)")
     host = parts.hostname
     if not host:
         raise Refused(f"the url {url!r} has no host")
@@ -207,7 +207,7 @@ def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
         if why is not None:
             shown = host if _is_literal(host) else f"{host} (which resolves to {ip})"
             raise Refused(
-                f"push notifications may not be sent to {shown}: it is {why}; only public addresses "
+                f"requests may not be sent to {shown}: it is {why}; only public addresses "
                 "are allowed (an operator can allow networks with OUTBOUND_ALLOW_NETS)"
             )
     return Destination(scheme=scheme, host=host, port=port, target=target, address=addresses[0])

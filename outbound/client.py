@@ -1,6 +1,7 @@
-"""One outgoing POST to a checked destination (push.ssrf): connect to the checked address,
-keep the URL's host for `Host` and TLS (SNI and certificate check), follow no redirect,
-ignore proxy settings from the environment, time out, and read at most a capped body."""
+"""One outgoing request (POST or GET) to a checked destination (outbound.ssrf): connect to
+the checked address, keep the URL's host for `Host` and TLS (SNI and certificate check),
+follow no redirect, ignore proxy settings from the environment, time out, and read at most a
+capped body."""
 
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ _tls_lock = threading.Lock()
 
 
 def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context per process: loading the CA bundle for every POST would cost
-    more than the POST. (Connections themselves are never shared between deliveries.)"""
+    """One verifying TLS context per process: loading the CA bundle for every request would
+    cost more than the request. (Connections themselves are never shared between requests.)"""
     global _tls
     if _tls is None:
         with _tls_lock:
@@ -38,6 +39,8 @@ class Response:
     headers: httpx.Headers
     body: bytes  # at most `max_body` bytes of it
     latency_ms: int
+    # The answer was longer than `max_body` (or too slow to arrive): `body` is only its start.
+    truncated: bool = False
 
 
 class SendError(Exception):
@@ -55,10 +58,32 @@ def _authority(host: str, port: int, scheme: str) -> str:
 
 
 def post(destination: Destination, *, body: bytes, headers: dict[str, str], timeout: float, max_body: int) -> Response:
+    return _send("POST", destination, body=body, headers=headers, timeout=timeout, max_body=max_body)
+
+
+def get(destination: Destination, *, headers: dict[str, str], timeout: float, max_body: int) -> Response:
+    return _send("GET", destination, body=None, headers=headers, timeout=timeout, max_body=max_body)
+
+
+def _send(
+    method: str,
+    destination: Destination,
+    *,
+    body: bytes | None,
+    headers: dict[str, str],
+    timeout: float,
+    max_body: int,
+) -> Response:
     address = destination.address
     literal = f"[{address}]" if isinstance(address, ipaddress.IPv6Address) else str(address)
     url = f"{destination.scheme}://{literal}:{destination.port}{destination.target}"
-    request_headers = {**headers, "Host": _authority(destination.host, destination.port, destination.scheme)}
+    # The body is capped as it arrives on the wire: a compressed answer could not be capped
+    # before it was inflated, so none is asked for.
+    request_headers = {
+        "Accept-Encoding": "identity",
+        **headers,
+        "Host": _authority(destination.host, destination.port, destination.scheme),
+    }
     extensions = {"sni_hostname": destination.host} if destination.scheme == "https" else {}
     started = time.monotonic()
 
@@ -67,17 +92,19 @@ def post(destination: Destination, *, body: bytes, headers: dict[str, str], time
 
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls_context()) as client:
-            request = client.build_request("POST", url, content=body, headers=request_headers, extensions=extensions)
+            request = client.build_request(method, url, content=body, headers=request_headers, extensions=extensions)
             response = client.send(request, stream=True)
             try:
                 read = bytearray()
+                truncated = False
                 for chunk in response.iter_raw():
                     read += chunk[: max_body - len(read)]
-                    # A receiver that drips an endless body gets cut off: the rest is not ours
+                    # A server that drips an endless body gets cut off: the rest is not ours
                     # to read, and closing the response drops the connection.
                     if len(read) >= max_body or time.monotonic() - started > 2 * timeout:
+                        truncated = True
                         break
-                return Response(response.status_code, response.headers, bytes(read), elapsed())
+                return Response(response.status_code, response.headers, bytes(read), elapsed(), truncated)
             finally:
                 response.close()
     except httpx.HTTPError as exc:
