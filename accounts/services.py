@@ -16,6 +16,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from outbound import ssrf
+
 from . import changes
 from .models import PRINCIPAL_NAMESPACE_SEPARATOR, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 
@@ -129,7 +131,12 @@ def agent_ensure(*, tenant: Tenant, slug: str, defaults: dict[str, Any]) -> Agen
 
 
 def oidc_issuer_set(*, tenant: Tenant, issuer: str, audience: str, jwks_url: str) -> OidcIssuer:
-    """Accept bearer tokens from `issuer` for `tenant`'s agents (replacing any issuer it had)."""
+    """Accept bearer tokens from `issuer` for `tenant`'s agents (replacing any issuer it had).
+    The JWKS URL must pass the outbound guard now, not first on a caller's request."""
+    try:
+        ssrf.check(jwks_url, unresolvable_ok=True)
+    except ssrf.Refused as exc:
+        raise AccountError(f"jwks_url refused: {exc}") from None
     found, _ = OidcIssuer.objects.update_or_create(
         tenant=tenant, defaults={"issuer": issuer, "audience": audience, "jwks_url": jwks_url, "is_active": True}
     )

@@ -71,7 +71,7 @@ class FakeDns(dict):
 
 @pytest.fixture(autouse=True)
 def dns(monkeypatch) -> FakeDns:
-    from push import ssrf
+    from outbound import ssrf
 
     fake = FakeDns()
     monkeypatch.setattr(ssrf, "_getaddrinfo", fake.getaddrinfo)
