@@ -213,6 +213,14 @@ def test_a_send_past_the_tenant_s_active_task_cap_gets_429_stores_nothing_and_pa
     assert start(rpc, key=alice_key).status == 200
 
 
+def test_a_streaming_send_past_the_cap_is_refused_before_any_stream_opens(rpc, tenant, echo_agent, alice_key, runs):
+    limits(tenant, max_active_tasks=1)
+    start(rpc, key=alice_key)
+    refused = rpc(ECHO, "SendStreamingMessage", {"message": user_message()}, key=alice_key, request_id=3)
+    assert refused.status == 429 and refused.headers["Content-Type"] == "application/json"
+    assert refused.body["id"] == 3 and refused.error["data"][0]["reason"] == "TOO_MANY_ACTIVE_TASKS"
+
+
 def test_the_site_s_default_cap_applies_and_zero_lifts_it(rpc, settings, tenant, echo_agent, alice_key, runs):
     settings.TENANT_MAX_ACTIVE_TASKS = 1
     assert [start(rpc, key=alice_key).status for _ in range(2)] == [200, 429]
