@@ -4,11 +4,11 @@ passes one, and that the counts are shared, per caller and cheap."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
 import uuid
 
-import orjson
 import pytest
 import redis
 from hypothesis import HealthCheck, given
@@ -353,15 +353,15 @@ def test_the_counting_job_takes_no_arguments_and_is_scheduled(settings):
 
 hostile_bodies = st.one_of(
     st.binary(max_size=600),
-    st.builds(
-        lambda request_id, text, extra: orjson.dumps(
+    st.builds(  # the stdlib's JSON: ids past 64 bits too
+        lambda request_id, text, extra: json.dumps(
             {
                 "jsonrpc": "2.0",
                 "id": request_id,
                 "method": "SendMessage",
                 "params": {"message": user_message(text), **extra},
             }
-        ),
+        ).encode(),
         st.one_of(st.none(), st.integers(), st.text(max_size=20), st.floats(allow_nan=False, allow_infinity=False)),
         st.text(max_size=500),
         st.dictionaries(st.sampled_from(["configuration", "metadata", "tenant"]), st.from_type(type(None)) | st.text()),
@@ -392,3 +392,61 @@ def test_hostile_requests_at_the_caps_never_get_a_500_nor_an_internal_error(
         assert int(answer.headers["Retry-After"]) >= 1
     if answer.status == 200 and "result" in answer.body:
         assert "task" not in answer.body["result"]  # at the cap, no task is taken
+
+
+# --- the embedded mode ---------------------------------------------------------------------------
+
+EMBEDDED_SCRIPT = r"""
+import json, uuid
+import django
+django.setup()
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+call_command("seed_demo")
+from accounts.models import Tenant
+from accounts.services import api_key_create
+from tasks_app import services
+demo = Tenant.objects.get(slug="demo")
+demo.rate_limit_per_minute, demo.max_stored_bytes = 2, 10
+demo.save()
+key = api_key_create(tenant=demo, name="t", principal="t")[1]
+client = Client()
+
+def send():
+    message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": message}}
+    r = client.post("/agents/demo/echo/", data=json.dumps(body), content_type="application/json",
+                    headers={"A2A-Version": "1.0", "X-API-Key": key})
+    return [r.status_code, r.json().get("error", {}).get("code")]
+
+answers = [send()]
+services.stored_bytes_count(settle=0, recount_every=3600)
+answers += [send(), send()]
+print(json.dumps(answers))
+"""
+
+
+def test_the_embedded_mode_limits_in_process_and_counts_stored_bytes_on_sqlite(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {
+        **os.environ,
+        "AGENTSERVER_EMBEDDED": "1",
+        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "DB_THREADS": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", EMBEDDED_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    # Taken; refused for the quota once counted; then over the rate limit of 2 a minute.
+    assert answers == [[200, None], [200, -32030], [429, -32029]]
