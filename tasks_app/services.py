@@ -181,6 +181,8 @@ def message_receive(
     a message without a context gets a new one; a follow-up naming only the task takes the
     task's context; a context that contradicts the task is refused; terminal tasks are closed.
     `new_task_id` lets a caller that must watch the task before it exists choose its id.
+    A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
+    StorageQuotaExceeded (docs/limits.md); nothing of the message is stored then.
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
