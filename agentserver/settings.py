@@ -183,6 +183,34 @@ AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
 # Card caching (seconds).
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
 
+# --- Limits per caller and per tenant (docs/limits.md) ----------------------------------
+# Requests per minute per API key or bearer subject, and per anonymous client address, unless
+# the tenant sets its own (accounts.Tenant); 0 = unlimited. A caller may spend a minute's
+# allowance at once, then is admitted at an even rate (protocols/throttle.py). The official
+# conformance suite runs anonymously from one address: keep the anonymous default above what
+# it sends in a minute.
+RATE_LIMIT_PER_MINUTE = env.int("RATE_LIMIT_PER_MINUTE", default=6000)
+ANONYMOUS_RATE_LIMIT_PER_MINUTE = env.int("ANONYMOUS_RATE_LIMIT_PER_MINUTE", default=1200)
+# Where the counts are shared by every web process; empty (the embedded mode): in-process.
+RATE_LIMIT_REDIS_URL = env.str("RATE_LIMIT_REDIS_URL", default=REDIS_URL)
+# Tasks with a run queued or running at once over all of a tenant's agents; 0 = unlimited.
+TENANT_MAX_ACTIVE_TASKS = env.int("TENANT_MAX_ACTIVE_TASKS", default=1000)
+# Retry-After (seconds) of a send refused because the tenant is at its active-task cap.
+TENANT_ACTIVE_TASKS_RETRY_AFTER = env.int("TENANT_ACTIVE_TASKS_RETRY_AFTER", default=5)
+# Bytes of messages and task events (agent messages, artifacts, statuses) a tenant may store;
+# 0 = unlimited. The count is kept by a beat job (below), so a tenant may pass its quota by
+# what it writes between two counts; its sends are refused from then on.
+TENANT_MAX_STORED_BYTES = env.int("TENANT_MAX_STORED_BYTES", default=0)
+# Rows younger than this (seconds) are left to the next count: a transaction still open may
+# yet commit a row with a smaller id. The full recount, every STORAGE_RECOUNT_EVERY seconds,
+# sets any drift right (and counts what deleted tasks freed).
+STORAGE_COUNT_SETTLE = env.float("STORAGE_COUNT_SETTLE", default=10.0)
+STORAGE_RECOUNT_EVERY = env.float("STORAGE_RECOUNT_EVERY", default=24 * 3600.0)
+CELERY_BEAT_SCHEDULE["count-stored-bytes"] = {
+    "task": "tasks_app.tasks.count_stored_bytes",
+    "schedule": env.float("STORAGE_COUNT_EVERY", default=60.0),
+}
+
 # --- Push notifications (push/) --------------------------------------------------------
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT
 # addresses, except those in these comma-separated CIDRs (e.g. "10.1.2.0/24,::1/128").

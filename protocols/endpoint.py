@@ -3,11 +3,13 @@
 Under daphne the Channels consumer (`consumers.AgentRpcConsumer`) serves it; Django's view
 (`views.agent_rpc`) adapts the same pipeline for the test client and other servers. Order of
 checks, each before anything later is looked at: agent exists -> caller authenticated ->
-body size -> Content-Type -> JSON-RPC envelope (with every value the request holds, see
-`storable`) -> the dialect (A2A version, method) -> extensions -> params. Whatever fails
-answers in JSON-RPC form (HTTP 401 for authentication), never with an error page. A streaming
-method that passes every check answers with an `EventStream`, which the transport sends as
-`text/event-stream`; errors found before that are plain JSON.
+rate limit (`throttle`) -> body size (the site's, then the tenant's) -> Content-Type ->
+JSON-RPC envelope (with every value the request holds, see `storable`) -> the dialect (A2A
+version, method) -> extensions -> params. Whatever fails answers in JSON-RPC form (HTTP 401
+for authentication, 429 with Retry-After for a rate limit or the tenant's cap on active
+tasks), never with an error page. A streaming method that passes every check answers with an
+`EventStream`, which the transport sends as `text/event-stream`; errors found before that are
+plain JSON. docs/limits.md describes the limits.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from tasks_app.errors import (
     ContentTypeNotSupported,
     DomainError,
     ExtensionSupportRequired,
+    TooManyActiveTasks,
 )
 
-from . import auth, dialects, jsonrpc
+from . import auth, dialects, jsonrpc, throttle
 from .cards import required_extensions
 from .exchange import Call, EventStream
 
@@ -130,6 +133,19 @@ def _store_unavailable(request_id: Any, exc: Exception, where: str) -> Reply:
     return reply
 
 
+def _rate_limited(refused: throttle.Refused, identity: str) -> Reply:
+    """HTTP 429 before the body is read, so the id is null: the JSON-RPC error says why."""
+    reply = _error(
+        None,
+        jsonrpc.RATE_LIMITED,
+        f"rate limit of {refused.limit} requests per minute for {throttle.describe(identity)} exceeded; "
+        f"retry in {refused.retry_after} s",
+        429,
+    )
+    reply.headers["Retry-After"] = str(refused.retry_after)
+    return reply
+
+
 def _shutting_down(request_id: Any) -> Reply:
     """HTTP 503 with Retry-After for a request that reaches this process after it began to shut
     down: nothing was done, and the connection is closed so the client's next try goes elsewhere."""
@@ -183,10 +199,18 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         reply.headers.update(caller.headers)
         return reply
     found, principal = caller.agent, caller.principal
+    refused = await throttle.check(tenant=found.tenant, identity=caller.identity)
+    if refused is not None:
+        return _rate_limited(refused, caller.identity)
 
     if request.body is None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return _error(None, jsonrpc.INVALID_REQUEST, f"request body is larger than {limit} bytes", 413)
+    own_limit = found.tenant.max_request_bytes
+    if own_limit is not None and len(request.body) > own_limit:
+        return _error(
+            None, jsonrpc.INVALID_REQUEST, f"request body is larger than this tenant's limit of {own_limit} bytes", 413
+        )
     content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if content_type not in JSON_CONTENT_TYPES:
         exc = ContentTypeNotSupported(
@@ -224,6 +248,9 @@ async def _handle(request: RpcRequest) -> Reply | Streamed:
         if isinstance(value, EventStream):
             return Streamed(call.id, value, extra, error=dialect.error)
         return Reply(200, jsonrpc.result(call.id, value), extra)
+    except TooManyActiveTasks as exc:
+        body = (dialect.error if dialect else dialects.default().error)(call.id, exc)
+        return Reply(429, body, {**extra, "Retry-After": str(exc.retry_after)})
     except DomainError as exc:
         # Before a dialect is known (VersionNotSupported), the default's form.
         return Reply(200, (dialect.error if dialect else dialects.default().error)(call.id, exc), extra)

@@ -24,6 +24,12 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+# Implementation-defined server errors (-32000..-32099; A2A 1.0 takes -32001..-32009):
+# too many requests (a rate limit, HTTP 429, or the tenant's cap on active tasks), and the
+# tenant's storage quota used up. errors.TooManyActiveTasks and errors.StorageQuotaExceeded
+# carry the same numbers.
+RATE_LIMITED = -32029
+QUOTA_EXCEEDED = -32030
 
 
 class EnvelopeError(Exception):
@@ -90,12 +96,12 @@ def result(request_id: Any, value: Any) -> bytes:
         return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
-def error(request_id: Any, code: int, message: str, reason: str | None = None) -> bytes:
+def error(request_id: Any, code: int, message: str, reason: str | None = None, domain: str = ERROR_DOMAIN) -> bytes:
     err: dict[str, Any] = {"code": code, "message": message}
     if reason:
-        err["data"] = [{"@type": ERROR_INFO_TYPE, "reason": reason, "domain": ERROR_DOMAIN}]
+        err["data"] = [{"@type": ERROR_INFO_TYPE, "reason": reason, "domain": domain}]
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": err})
 
 
 def domain_error(request_id: Any, exc: DomainError) -> bytes:
-    return error(request_id, exc.code, exc.message, exc.reason)
+    return error(request_id, exc.code, exc.message, exc.reason, exc.domain or ERROR_DOMAIN)

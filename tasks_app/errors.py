@@ -14,6 +14,7 @@ STORE_RETRY_AFTER = 5  # seconds a caller is asked to wait: about what a Postgre
 class DomainError(Exception):
     code: int = -32603
     reason: str | None = None
+    domain: str | None = None  # the ErrorInfo's domain when the reason is not A2A's
     default_message = "internal error"
 
     def __init__(self, message: str | None = None) -> None:
@@ -63,6 +64,38 @@ class ExtensionSupportRequired(DomainError):
 
 class VersionNotSupported(DomainError):
     code, reason, default_message = -32009, "VERSION_NOT_SUPPORTED", "protocol version not supported"
+
+
+# The server's own errors, outside A2A's codes (protocols.jsonrpc names the same numbers).
+AGENTSERVER_ERROR_DOMAIN = "agentserver"
+
+
+class TooManyActiveTasks(DomainError):
+    """The tenant has as many tasks queued or running as it may: try again once some finish
+    (the endpoint answers HTTP 429 with Retry-After). Nothing of the refused message is stored."""
+
+    code, reason, domain, default_message = (
+        -32029,
+        "TOO_MANY_ACTIVE_TASKS",
+        AGENTSERVER_ERROR_DOMAIN,
+        "too many active tasks",
+    )
+
+    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, retry_after)
+
+
+class StorageQuotaExceeded(DomainError):
+    """The tenant has stored as many bytes as it may: no new work is taken until tasks are
+    deleted or the quota is raised, so this is not a retry-later error."""
+
+    code, reason, domain, default_message = (
+        -32030,
+        "STORAGE_QUOTA_EXCEEDED",
+        AGENTSERVER_ERROR_DOMAIN,
+        "the tenant's storage quota is used up",
+    )
 
 
 class InvalidParams(DomainError):

@@ -14,6 +14,10 @@ from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
 from .storable import ID_LENGTH, NAME_LENGTH
 
 _STATE_IS_VALID = Q(state__in=TaskState.values)
+# A task is active while a run of its agent is queued or running: from a client's message
+# until the agent settles it (finishes it, or asks for more input). `run_token` is kept after
+# that (late writes of the old run are refused by it), so the state is what tells.
+ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
 
 
 class Task(models.Model):
@@ -84,6 +88,10 @@ class Task(models.Model):
                 condition=Q(run_token__isnull=False, run_claimed_at__isnull=True),
                 name="tasks_task_unclaimed",
             ),
+            # The tenant's cap on active tasks: a count of its tasks with a run queued or
+            # running (services, sql.NEW_TASK), at most cap entries of this index. A task has
+            # an entry only while it is active, so the index stays small.
+            models.Index(fields=["tenant"], condition=Q(state__in=ACTIVE_STATES), name="tasks_task_active"),
             # The sweeper: claimed runs still active (to find ones whose worker died).
             models.Index(
                 fields=["run_claimed_at"],
@@ -189,3 +197,28 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_id}#{self.seq} {self.kind}"
+
+
+class TenantStorage(models.Model):
+    """The bytes of messages and task events a tenant has stored, as last counted (`services.
+    stored_bytes_count`): what its storage quota is checked against. Kept apart from the
+    tenant's row, and written by the counting job alone, so no request writes it."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    stored_bytes = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}: {self.stored_bytes} bytes"
+
+
+class StorageCount(models.Model):
+    """One row: the newest Message and TaskEvent ids the counters include, and when they were
+    last recounted in full. Its row lock keeps two counting jobs from counting a row twice."""
+
+    messages_through = models.BigIntegerField(default=0)
+    events_through = models.BigIntegerField(default=0)
+    recounted_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"messages through #{self.messages_through}, events through #{self.events_through}"

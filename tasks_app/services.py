@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
-from django.db.models import F
+from django.db.models import BigIntegerField, F, Func, Max, Model, Sum, TextField
+from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
 from accounts.models import Agent
@@ -22,9 +24,18 @@ from accounts.selectors import Principal
 
 from . import dispatch, hints, hooks, media, sql, storable
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
-from .errors import InvalidParams, InvalidTransition, TaskClosed, TaskNotCancelable, TaskNotFound, UnsupportedOperation
+from .errors import (
+    InvalidParams,
+    InvalidTransition,
+    StorageQuotaExceeded,
+    TaskClosed,
+    TaskNotCancelable,
+    TaskNotFound,
+    TooManyActiveTasks,
+    UnsupportedOperation,
+)
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
-from .models import Artifact, Message, StatusChange, Task, TaskEvent
+from .models import ACTIVE_STATES, Artifact, Message, StatusChange, StorageCount, Task, TaskEvent, TenantStorage
 from .parts import Part, PartError, validate_all
 from .selectors import message_view, run_inputs
 
@@ -106,6 +117,54 @@ def _set_status(*, task: Task, state: str, message: Message | None, at: datetime
     _event_append(task=task, kind=EventKind.STATUS, payload=_status_payload(state, message, at, reason))
 
 
+@dataclass(frozen=True)
+class _Caps:
+    """A tenant's caps on new work (0: none)."""
+
+    max_active: int
+    max_stored: int
+
+
+def _caps(agent: Agent) -> _Caps:
+    # The tenant came with the agent (accounts.selectors.agent_get): no query.
+    tenant = agent.tenant
+    active, stored = tenant.max_active_tasks, tenant.max_stored_bytes
+    return _Caps(
+        max_active=settings.TENANT_MAX_ACTIVE_TASKS if active is None else active,
+        max_stored=settings.TENANT_MAX_STORED_BYTES if stored is None else stored,
+    )
+
+
+def _too_many_active(caps: _Caps) -> TooManyActiveTasks:
+    wait = settings.TENANT_ACTIVE_TASKS_RETRY_AFTER
+    return TooManyActiveTasks(
+        f"the tenant already has {caps.max_active} tasks queued or running, its limit; "
+        f"send again once one of them finishes (retry in {wait} s)",
+        retry_after=wait,
+    )
+
+
+def _storage_used_up(caps: _Caps) -> StorageQuotaExceeded:
+    return StorageQuotaExceeded(
+        f"the tenant's storage quota of {caps.max_stored} bytes is used up; no new messages are "
+        "taken until tasks are deleted or the quota is raised"
+    )
+
+
+def _room_check(*, tenant_id: int, caps: _Caps) -> None:
+    """Refuse new work when the tenant is at a cap: the ORM's form of the check `sql.NEW_TASK`
+    makes in its statement. Inside the transaction that requests the run."""
+    if caps.max_stored:
+        stored = TenantStorage.objects.filter(tenant_id=tenant_id).values_list("stored_bytes", flat=True).first()
+        if stored is not None and stored >= caps.max_stored:
+            raise _storage_used_up(caps)
+    if caps.max_active:
+        # At most `max_active` entries of the partial index `tasks_task_active`.
+        active = Task.objects.filter(tenant_id=tenant_id, state__in=ACTIVE_STATES)[: caps.max_active].count()
+        if active >= caps.max_active:
+            raise _too_many_active(caps)
+
+
 def message_receive(
     *,
     agent: Agent,
@@ -122,6 +181,8 @@ def message_receive(
     a message without a context gets a new one; a follow-up naming only the task takes the
     task's context; a context that contradicts the task is refused; terminal tasks are closed.
     `new_task_id` lets a caller that must watch the task before it exists choose its id.
+    A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
+    StorageQuotaExceeded (docs/limits.md); nothing of the message is stored then.
     """
     if message.role != Role.USER:
         raise InvalidParams("message.role must be the user's role")
@@ -131,6 +192,7 @@ def message_receive(
         raise InvalidParams(str(exc)) from None
     media.check_message(agent=agent, parts=message.parts, accepted_output_modes=accepted_output_modes)
     now = timezone.now()
+    caps = _caps(agent)
     if message.task_id:
         with transaction.atomic():
             task, stored = _follow_up_receive(
@@ -139,6 +201,7 @@ def message_receive(
                 message=message,
                 now=now,
                 accepted_output_modes=accepted_output_modes,
+                caps=caps,
             )
             _after_commit(task)
             _enqueue_run(task)
@@ -163,11 +226,12 @@ def message_receive(
     payload = _status_payload(TaskState.SUBMITTED, None, now)
     if sql.available():
         # One statement, so one transaction of its own (or part of the caller's).
-        stored = _task_insert_in_one_statement(task, message, payload, now)
+        stored = _task_insert_in_one_statement(task, message, payload, now, caps)
         _after_commit(task, created=True)
         _enqueue_run(task)
         return task, stored
     with transaction.atomic():
+        _room_check(tenant_id=agent.tenant_id, caps=caps)
         task.save(force_insert=True)
         stored = _message_store(task=task, message=message, context_id=task.context_id)
         StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
@@ -184,6 +248,7 @@ def _follow_up_receive(
     message: NewMessage,
     now: datetime,
     accepted_output_modes: list[str] | None,
+    caps: _Caps,
 ) -> tuple[Task, Message]:
     task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
     if message.context_id and message.context_id != task.context_id:
@@ -194,6 +259,8 @@ def _follow_up_receive(
         )
     if task.state not in INTERRUPTED:
         raise UnsupportedOperation(f"task {task.id} is {task.state}; send a follow-up once it asks for input")
+    # The follow-up makes the task active again: it counts against the cap like a new task.
+    _room_check(tenant_id=task.tenant_id, caps=caps)
     stored = _message_store(task=task, message=message, context_id=task.context_id)
     task.accepted_output_modes = accepted_output_modes or []
     _run_request(task, now)
@@ -202,11 +269,18 @@ def _follow_up_receive(
     return task, stored
 
 
-def _task_insert_in_one_statement(task: Task, message: NewMessage, payload: dict[str, Any], now: datetime) -> Message:
+def _task_insert_in_one_statement(
+    task: Task, message: NewMessage, payload: dict[str, Any], now: datetime, caps: _Caps
+) -> Message:
     stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id))
     status = StatusChange(task=task, state=task.state, message=None, reason="", timestamp=now)
     event = TaskEvent(task=task, seq=1, kind=EventKind.STATUS, payload=payload, created_at=now)
-    [(message_pk,)] = sql.execute(sql.NEW_TASK, sql.new_task_params(task, stored, status, event))
+    params = sql.new_task_params(task, stored, status, event, max_active=caps.max_active, max_stored=caps.max_stored)
+    [(message_pk, _, bytes_stored)] = sql.execute(sql.NEW_TASK, params)
+    if message_pk is None:  # the statement found the tenant at a cap and wrote nothing
+        if caps.max_stored and bytes_stored is not None and bytes_stored >= caps.max_stored:
+            raise _storage_used_up(caps)
+        raise _too_many_active(caps)
     for instance in (task, stored):
         instance._state.adding = False
         instance._state.db = DEFAULT_DB_ALIAS
@@ -284,12 +358,12 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         )
         if not rows:
             return None
-        pk, context_id, accepted, token, executor, settings, history = rows[0]
+        pk, context_id, accepted, token, executor, agent_settings, history = rows[0]
         return RunInputs(
             task_id=str(pk),
             context_id=context_id,
             executor=executor,
-            agent_settings=sql.loads(settings) or {},
+            agent_settings=sql.loads(agent_settings) or {},
             accepted_output_modes=sql.loads(accepted),
             run_token=token,
             history=sql.messages_from_json(history),
@@ -600,3 +674,76 @@ def sweep_stuck_work(
         reason = "the worker running this task was lost" + (f" ({tried + 1} runs)" if tried else "")
         failed += run_fail(task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason=reason)
     return unclaimed, failed
+
+
+# --- The tenants' stored bytes ----------------------------------------------------------
+
+
+class _OctetLength(Func):
+    """Bytes of a text (SQLite, the embedded mode, counts characters: near enough there)."""
+
+    function = "OCTET_LENGTH"
+    output_field = BigIntegerField()
+
+    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> Any:
+        return super().as_sql(compiler, connection, function="LENGTH", **extra)
+
+
+def _sizes(model: type[Model], size: Any, *, after: int, through: int) -> dict[int, int]:
+    """Bytes of `model`'s rows with ids in (after, through], per tenant."""
+    rows = (
+        model.objects.filter(id__gt=after, id__lte=through)  # type: ignore[attr-defined]
+        .values_list("task__tenant_id")
+        .annotate(size=Sum(size))
+        .order_by()
+    )
+    return {tenant_id: int(total or 0) for tenant_id, total in rows}
+
+
+def _through(model: type[Model], *, after: int, settled: datetime) -> int:
+    """The newest id of `model` old enough to count, from `after` on (`after` if none)."""
+    newest = model.objects.filter(id__gt=after, created_at__lt=settled).aggregate(m=Max("id"))["m"]  # type: ignore[attr-defined]
+    return int(newest) if newest is not None else after
+
+
+_MESSAGE_BYTES = Coalesce(_OctetLength(Cast("parts", TextField())), 0) + Coalesce(
+    _OctetLength(Cast("metadata", TextField())), 0
+)
+_EVENT_BYTES = Coalesce(_OctetLength(Cast("payload", TextField())), 0)
+
+
+def stored_bytes_count(*, settle: float, recount_every: float) -> dict[str, int]:
+    """Bring the tenants' stored-bytes counters up to date: add the bytes of the messages and
+    task events written since the last count, or recount everything when a full recount is
+    due (it also takes off what deleted tasks had stored). Safe to run twice at once: the
+    second waits for the first's row lock and finds nothing new. Returns what it counted."""
+    now = timezone.now()
+    settled = now - timedelta(seconds=settle)
+    with transaction.atomic():
+        mark = StorageCount.objects.select_for_update().filter(pk=1).first()
+        if mark is None:
+            StorageCount.objects.bulk_create([StorageCount(pk=1)], ignore_conflicts=True)
+            mark = StorageCount.objects.select_for_update().get(pk=1)
+        full = mark.recounted_at is None or mark.recounted_at <= now - timedelta(seconds=recount_every)
+        after_m, after_e = (0, 0) if full else (mark.messages_through, mark.events_through)
+        through_m = _through(Message, after=after_m, settled=settled)
+        through_e = _through(TaskEvent, after=after_e, settled=settled)
+        totals = _sizes(Message, _MESSAGE_BYTES, after=after_m, through=through_m)
+        for tenant_id, size in _sizes(TaskEvent, _EVENT_BYTES, after=after_e, through=through_e).items():
+            totals[tenant_id] = totals.get(tenant_id, 0) + size
+        if full:
+            TenantStorage.objects.exclude(tenant_id__in=totals).update(stored_bytes=0)
+        for tenant_id, size in totals.items():
+            value = size if full else F("stored_bytes") + size
+            if not TenantStorage.objects.filter(tenant_id=tenant_id).update(stored_bytes=value):
+                TenantStorage.objects.create(tenant_id=tenant_id, stored_bytes=size)
+        mark.messages_through, mark.events_through = through_m, through_e
+        if full:
+            mark.recounted_at = now
+        mark.save()
+    return {
+        "full": int(full),
+        "tenants": len(totals),
+        "messages_through": through_m,
+        "events_through": through_e,
+    }

@@ -31,7 +31,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, models
 from accounts.models import Agent
 
 from .domain import ArtifactView, MessageView
-from .models import Artifact, Message, StatusChange, Task, TaskEvent
+from .models import ACTIVE_STATES, Artifact, Message, StatusChange, Task, TaskEvent, TenantStorage
 
 
 def available() -> bool:
@@ -105,6 +105,10 @@ def task_from_row(row: Sequence[Any]) -> Task:
 
 
 T, M, SC, A, E = (m._meta.db_table for m in (Task, Message, StatusChange, Artifact, TaskEvent))
+STORED = TenantStorage._meta.db_table
+# Written out, not a parameter: a plan may use the partial index `tasks_task_active` only
+# when its WHERE clause names the index's own condition.
+_ACTIVE = "state IN (" + ", ".join(f"'{s}'" for s in ACTIVE_STATES) + ")"
 AGENT = Agent._meta.db_table
 
 # --- Writes -----------------------------------------------------------------------------
@@ -151,10 +155,24 @@ _NEW_EVENT = _Insert(TaskEvent, "e_", given=("task_id",))
 
 # A new task: the task row, the user's message, the status change and event seq=1, all in
 # one statement, each row exactly as the ORM would write its instance (`new_task_params`);
-# nothing is read back but the message's id.
+# nothing is read back but the message's id. The tenant's caps are checked in the same
+# statement (0: no cap): the task is inserted only while the tenant has fewer than
+# `max_active` active tasks (counted through the partial index `tasks_task_active`, at
+# most `max_active` entries of it) and has stored less than `max_stored` bytes; when it is
+# not, nothing is written and the message's id comes back NULL, with the two counts saying why.
+# Concurrent sends read the count before each other's insert commits, so under a burst the
+# cap can be passed by the number of sends in flight at once.
 NEW_TASK = f"""
-WITH task AS (
-    INSERT INTO {T} ({_NEW_TASK.columns}) VALUES ({_NEW_TASK.values})
+WITH room AS (
+    SELECT (SELECT count(*) FROM (
+                SELECT 1 FROM {T}
+                WHERE tenant_id = %(t_tenant_id)s AND {_ACTIVE} LIMIT %(max_active)s::bigint
+            ) AS active) AS active,
+           (SELECT stored_bytes FROM {STORED} WHERE tenant_id = %(t_tenant_id)s) AS stored
+), task AS (
+    INSERT INTO {T} ({_NEW_TASK.columns}) SELECT {_NEW_TASK.values} FROM room
+    WHERE (%(max_active)s::bigint = 0 OR room.active < %(max_active)s::bigint)
+      AND (%(max_stored)s::bigint = 0 OR room.stored IS NULL OR room.stored < %(max_stored)s::bigint)
     RETURNING id
 ), message AS (
     INSERT INTO {M} (task_id, {_NEW_MESSAGE.columns}) SELECT id, {_NEW_MESSAGE.values} FROM task
@@ -164,13 +182,17 @@ WITH task AS (
 ), event AS (
     INSERT INTO {E} (task_id, {_NEW_EVENT.columns}) SELECT id, {_NEW_EVENT.values} FROM task
 )
-SELECT id FROM message
+SELECT (SELECT id FROM message), room.active, room.stored FROM room
 """
 
 
-def new_task_params(task: Task, message: Message, status: StatusChange, event: TaskEvent) -> dict[str, Any]:
-    """NEW_TASK's parameters: the four unsaved instances' fields."""
+def new_task_params(
+    task: Task, message: Message, status: StatusChange, event: TaskEvent, *, max_active: int, max_stored: int
+) -> dict[str, Any]:
+    """NEW_TASK's parameters: the four unsaved instances' fields and the tenant's caps."""
     return {
+        "max_active": max_active,
+        "max_stored": max_stored,
         **_NEW_TASK.params(task),
         **_NEW_MESSAGE.params(message),
         **_NEW_STATUS.params(status),

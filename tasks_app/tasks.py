@@ -31,3 +31,11 @@ def sweep_stuck_work() -> dict[str, int]:
     if unclaimed or failed:
         log.info("sweeper: re-enqueued %d, failed %d lost runs", len(unclaimed), failed)
     return {"requeued": len(unclaimed), "failed": failed}
+
+
+@shared_task(ignore_result=True)
+def count_stored_bytes() -> dict[str, int]:
+    """The tenants' stored-bytes counters, which their storage quotas are checked against."""
+    return services.stored_bytes_count(
+        settle=settings.STORAGE_COUNT_SETTLE, recount_every=settings.STORAGE_RECOUNT_EVERY
+    )

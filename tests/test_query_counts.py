@@ -16,7 +16,8 @@ def test_send_message_with_return_immediately_writes_the_new_task_in_one_stateme
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: enqueued.append(kw))
     params = {"message": user_message(), "configuration": {"returnImmediately": True}}
     rpc("/agents/acme/echo/", "GetTask", {"id": "x"}, key=alice_key)  # the key's use of the minute is recorded
-    # agent + key lookups, then one statement inserting task, message, status change and event.
+    # agent + key lookups, then one statement inserting task, message, status change and event
+    # (the tenant's caps on active tasks and stored bytes are checked in that statement too).
     with django_assert_num_queries(3):
         task = rpc("/agents/acme/echo/", "SendMessage", params, key=alice_key).result["task"]
     assert [str(e["task_id"]) for e in enqueued] == [task["id"]]

@@ -1,0 +1,190 @@
+"""Request rate limits per caller, shared by every web process through Redis.
+
+Each request counts against its caller's identity (`auth.Caller.identity`: an API key, a
+bearer subject, or an anonymous client address) within the agent's tenant, before its body
+is looked at. The limit is a number of requests per minute: the tenant's own
+(`rate_limit_per_minute`, `anonymous_rate_limit_per_minute`) or the site's default; 0 means
+unlimited.
+
+The algorithm is GCRA (a token bucket kept as one timestamp per caller): a caller may spend a
+minute's allowance at once and is then admitted at an even N/60 per second, so there is no
+window edge at which a fresh window's whole allowance adds to the last one's. In Redis it is
+one Lua script, one round trip, with Redis's clock so that processes agree on the time.
+
+Redis is advisory here: when it cannot be reached the request is served (fail open) and a
+warning is logged at most every `_WARN_EVERY` seconds; for `_BACKOFF` seconds after a failure
+the limiter does not even try, so a Redis that hangs costs at most one short timeout now and
+then, not one per request. Without Redis (the embedded mode) an in-process limiter with the
+same semantics counts for the one process there is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+from django.conf import settings
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+PERIOD_US = 60_000_000  # the limits are per minute
+KEY_PREFIX = "agentserver:rate:"
+_TIMEOUT = 0.25  # seconds: a limiter slower than this is not worth waiting for
+_BACKOFF = 2.0  # seconds without trying Redis after it failed
+_WARN_EVERY = 10.0
+
+# GCRA. ARGV: the limit per minute. Stored per caller: the theoretical arrival time (TAT, in
+# microseconds of Redis's clock) and the interval it was reckoned in, so that when a tenant's
+# limit changes the requests already counted keep counting as requests, not as time. A
+# request is admitted while TAT + interval - now <= one minute. Returns 0 when admitted,
+# otherwise the microseconds to wait.
+_GCRA = """
+local interval = 60000000 / tonumber(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local stored = redis.call('HMGET', KEYS[1], 't', 'i')
+local tat = now
+if stored[1] and tonumber(stored[1]) > now then
+    tat = now + (tonumber(stored[1]) - now) * interval / tonumber(stored[2])
+end
+local wait = tat + interval - 60000000 - now
+if wait > 0 then return math.ceil(wait) end
+redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat + interval), 'i', string.format('%.3f', interval))
+redis.call('PEXPIRE', KEYS[1], math.ceil((tat + interval - now) / 1000) + 1)
+return 0
+"""
+
+
+@dataclass(frozen=True)
+class Refused:
+    limit: int  # requests per minute
+    retry_after: int  # whole seconds, at least 1
+
+
+def retry_after_seconds(wait_us: float) -> int:
+    return max(1, math.ceil(wait_us / 1_000_000))
+
+
+class Limiter(Protocol):
+    async def hit(self, bucket: str, limit: int) -> Refused | None: ...
+
+
+class LocalLimiter:
+    """GCRA in this process's memory (the embedded mode has one process)."""
+
+    _PRUNE_AT = 10_000  # buckets; past this, the ones that are full again are dropped
+
+    def __init__(self) -> None:
+        self._tats: dict[str, tuple[float, float]] = {}  # bucket -> (TAT, its interval), as in Redis
+        self._lock = threading.Lock()  # the test client runs requests on several threads
+
+    async def hit(self, bucket: str, limit: int) -> Refused | None:
+        return self.hit_at(bucket, limit, time.monotonic() * 1_000_000)
+
+    def hit_at(self, bucket: str, limit: int, now: float) -> Refused | None:
+        interval = PERIOD_US / limit
+        with self._lock:
+            stored, reckoned = self._tats.get(bucket, (now, interval))
+            tat = now + (stored - now) * interval / reckoned if stored > now else now
+            wait = tat + interval - PERIOD_US - now
+            if wait > 0:
+                return Refused(limit, retry_after_seconds(wait))
+            if len(self._tats) >= self._PRUNE_AT:
+                self._tats = {k: v for k, v in self._tats.items() if v[0] > now}
+            self._tats[bucket] = (tat + interval, interval)
+        return None
+
+
+class RedisLimiter:
+    """GCRA in Redis: one EVALSHA per request. Use one per event loop (`limiter()`): an
+    asyncio Redis client belongs to the loop it first connected on."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._client = aioredis.Redis.from_url(
+            url,
+            socket_timeout=_TIMEOUT,
+            socket_connect_timeout=_TIMEOUT,
+            retry=Retry(NoBackoff(), 0),  # a retry would double the wait; the next request tries again
+            health_check_interval=30,
+        )
+        self._script = self._client.register_script(_GCRA)
+        self._down_until = 0.0
+
+    async def hit(self, bucket: str, limit: int) -> Refused | None:
+        if time.monotonic() < self._down_until:
+            return None
+        try:
+            wait = await asyncio.wait_for(self._script(keys=[KEY_PREFIX + bucket], args=[limit]), _TIMEOUT * 2)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._down_until = time.monotonic() + _BACKOFF
+            _warn_open(self.url, exc)
+            return None
+        return Refused(limit, retry_after_seconds(int(wait))) if int(wait) > 0 else None
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+_last_warning = 0.0
+
+
+def _warn_open(url: str, exc: BaseException) -> None:
+    global _last_warning
+    now = time.monotonic()
+    if now - _last_warning >= _WARN_EVERY:
+        _last_warning = now
+        log.warning("rate limiter: Redis unreachable (%s: %s); serving requests unthrottled", type(exc).__name__, exc)
+
+
+_local = LocalLimiter()
+_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisLimiter] = weakref.WeakKeyDictionary()
+
+
+def limiter() -> Limiter:
+    """This event loop's limiter: Redis's when the site has Redis, else this process's."""
+    url = settings.RATE_LIMIT_REDIS_URL
+    if not url:
+        return _local
+    loop = asyncio.get_running_loop()
+    current = _by_loop.get(loop)
+    if current is None or current.url != url:
+        current = _by_loop[loop] = RedisLimiter(url)
+    return current
+
+
+def limit_for(tenant: Any, identity: str) -> int:
+    """Requests per minute allowed to `identity` on `tenant`'s agents (0: unlimited)."""
+    if identity.startswith("addr:"):
+        own, default = tenant.anonymous_rate_limit_per_minute, settings.ANONYMOUS_RATE_LIMIT_PER_MINUTE
+    else:
+        own, default = tenant.rate_limit_per_minute, settings.RATE_LIMIT_PER_MINUTE
+    return default if own is None else own
+
+
+async def check(*, tenant: Any, identity: str) -> Refused | None:
+    """Count one request of `identity` on `tenant`; how it is refused, or None to serve it."""
+    limit = limit_for(tenant, identity)
+    if limit <= 0:
+        return None
+    # Per tenant: an address calling two tenants' public agents has a budget at each.
+    return await limiter().hit(f"{tenant.pk}:{identity}", limit)
+
+
+def describe(identity: str) -> str:
+    """Who the limit was counted for, as a client would say it."""
+    if identity.startswith("key:"):
+        return "this API key"
+    if identity.startswith("oidc:"):
+        return "this bearer token's subject"
+    return "anonymous callers from this address"
