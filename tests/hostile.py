@@ -46,7 +46,8 @@ METHODS: dict[str, Descriptor] = {
 STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
 
 # The codes a caller's request may be answered with (JSON-RPC's own, and A2A's -32001..-32009).
-ALLOWED_CODES = frozenset({-32700, -32600, -32601, -32602, *range(-32009, -32000)})
+# -32029 and -32030: a rate limit or a tenant's cap (docs/limits.md), clear errors too.
+ALLOWED_CODES = frozenset({-32700, -32600, -32601, -32602, *range(-32009, -32000), -32029, -32030})
 INTERNAL_ERROR = -32603
 
 # Loopback literals outside every allow-list the live stack has: the SSRF guard refuses
