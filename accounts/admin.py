@@ -10,7 +10,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.db import models
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Model, Prefetch, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
@@ -52,9 +52,14 @@ class MembershipAdmin(TenantScopedAdmin):
     search_fields = ("user__username", "tenant__slug")
 
     def get_form(self, request: HttpRequest, obj: Membership | None = None, change: bool = False, **kwargs: Any) -> Any:
-        if obj is None:
-            kwargs["form"] = MembershipAddForm
+        kwargs["form"] = MembershipAddForm if obj is None else MembershipChangeForm
         return super().get_form(request, obj, change, **kwargs)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        # Members cannot leave a tenant without an owner: only a superuser could repair it.
+        if isinstance(obj, Membership) and not is_superuser(request) and _is_last_owner(obj):
+            return False
+        return super().has_delete_permission(request, obj)
 
     def get_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
         return ("tenant", "username", "role") if obj is None else ("tenant", "user", "role", "created_at")
@@ -68,6 +73,23 @@ class MembershipAdmin(TenantScopedAdmin):
         # member_add also lets the user into the admin (staff), where they see only this.
         saved = member_add(tenant=obj.tenant, user=user, role=obj.role)
         obj.pk, obj.user, obj.created_at = saved.pk, saved.user, saved.created_at
+
+
+def _is_last_owner(membership: Membership) -> bool:
+    others = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.OWNER).exclude(pk=membership.pk)
+    return membership.role == Role.OWNER and not others.exists()
+
+
+class MembershipChangeForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ("role",)
+
+    def clean_role(self) -> str:
+        role = self.cleaned_data["role"]
+        if role != Role.OWNER and _is_last_owner(Membership.objects.get(pk=self.instance.pk)):
+            raise forms.ValidationError("The tenant's last owner stays an owner: make another member owner first.")
+        return role
 
 
 class MembershipAddForm(forms.ModelForm):

@@ -425,8 +425,9 @@ def test_a_key_made_by_an_owner_is_shown_once_stored_hashed_and_calls_only_its_a
     assert key.key_hash == hashlib.sha256(plaintext.encode()).hexdigest()
     assert not any(plaintext in str(value) for value in vars(key).values())
     assert key.principal == f"key:{key.prefix}"  # no principal given: the key is its own
-    assert plaintext not in browser.get(PAGES["api keys"].change_url(key.pk)).content.decode()  # once
-    assert "key_hash" not in browser.get(PAGES["api keys"].changelist()).content.decode()
+    for page in (PAGES["api keys"].changelist(), PAGES["api keys"].change_url(key.pk)):
+        html = browser.get(page).content.decode()
+        assert plaintext not in html and key.key_hash not in html  # the secret once, its hash never
     assert rpc(world.a.path, "ListTasks", {}, key=plaintext).status == 200
     assert rpc(other.path, "ListTasks", {}, key=plaintext).status == 403
     assert LogEntry.objects.filter(object_id=str(key.pk), action_flag=ADDITION, user__username="owner").exists()
@@ -469,6 +470,29 @@ def test_an_existing_keys_principal_and_tenant_do_not_change(world, as_user):
 
 
 # --- members, agents, issuers, tenants ---------------------------------------------------
+
+
+def test_a_tenant_keeps_an_owner(world, as_user):
+    browser = as_user("owner")
+    founder, mine = world.a.membership, Membership.objects.get(user__username="owner")
+    browser.post(PAGES["memberships"].change_url(founder.pk), {"role": Role.VIEWER})
+    assert Membership.objects.get(pk=founder.pk).role == Role.VIEWER
+    refused = browser.post(PAGES["memberships"].change_url(mine.pk), {"role": Role.VIEWER})
+    assert "last owner stays an owner" in refused.content.decode()
+    assert browser.get(f"/admin/accounts/membership/{mine.pk}/delete/").status_code == 403
+    assert Membership.objects.get(pk=mine.pk).role == Role.OWNER
+
+
+def test_deleting_members_in_bulk_spares_the_tenants_the_member_only_views(world, as_user):
+    def delete(who: str, membership: Membership):
+        confirmed = {"action": "delete_selected", "_selected_action": [membership.pk], "post": "yes"}
+        return as_user(who).post(PAGES["memberships"].changelist(), confirmed, follow=True)
+
+    refused = delete("owner-of-a-viewer-of-b", world.b.membership)
+    assert refused.status_code == 403  # Django's delete_selected refuses the whole selection
+    assert Membership.objects.filter(pk=world.b.membership.pk).exists()
+    assert delete("owner", world.a.membership).status_code == 200
+    assert not Membership.objects.filter(pk=world.a.membership.pk).exists()
 
 
 def test_an_owner_adds_a_member_who_then_sees_the_tenant(world, as_user):
