@@ -1,46 +1,281 @@
+"""Tenants, their agents, members, API keys and issuers in the admin, scoped by tenant and
+role (accounts.admin_scoping): viewers read; owners manage keys, members, the issuer and
+their agents; only superusers create tenants or change a tenant's limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.db.models import Model, Prefetch, QuerySet
+from django.http import HttpRequest
 from django.utils import timezone
 
-from .models import Agent, ApiKey, Tenant
-from .services import api_key_create
+from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
+from .models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .services import AccountError, api_key_create, api_key_revoke, member_add, principal_check
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(TenantScopedAdmin):
+    tenant_field = "pk"
+    # Members read their tenant: its limits are the site's to set, not the tenant's.
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(TenantScopedAdmin):
+    tenant_field = "tenant"
+    change_role = Role.OWNER  # adding and removing agents stays with superusers
     list_display = ("__str__", "name", "executor", "is_public", "is_active", "updated_at")
-    list_filter = ("is_public", "is_active", "executor")
+    list_filter = ("tenant", "is_public", "is_active", "executor")
     list_select_related = ("tenant",)
     search_fields = ("slug", "name", "tenant__slug")
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:
+        # Tasks point at (agent, tenant) together: an agent cannot move to another tenant.
+        readonly = tuple(super().get_readonly_fields(request, obj))
+        return (*readonly, "tenant") if obj is not None else readonly
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdmin):
+    tenant_field = "tenant"
+    add_role = change_role = delete_role = Role.OWNER
+    list_display = ("user", "tenant", "role", "created_at")
+    list_filter = ("tenant", "role")
+    list_select_related = ("tenant", "user")
+    search_fields = ("user__username", "tenant__slug")
+
+    def get_form(self, request: HttpRequest, obj: Membership | None = None, change: bool = False, **kwargs: Any) -> Any:
+        kwargs["form"] = MembershipAddForm if obj is None else MembershipChangeForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        # Members cannot leave a tenant without an owner: only a superuser could repair it.
+        if isinstance(obj, Membership) and not is_superuser(request) and _is_last_owner(obj):
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
+        return ("tenant", "username", "role") if obj is None else ("tenant", "user", "role", "created_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
+        # Only the role changes: another user or tenant is another membership.
+        return () if obj is None else ("tenant", "user", "created_at")
+
+    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
+        user = form.cleaned_data["user"] if not change else obj.user
+        # member_add also lets the user into the admin (staff), where they see only this.
+        saved = member_add(tenant=obj.tenant, user=user, role=obj.role)
+        obj.pk, obj.user, obj.created_at = saved.pk, saved.user, saved.created_at
+
+
+def _is_last_owner(membership: Membership) -> bool:
+    others = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.OWNER).exclude(pk=membership.pk)
+    return membership.role == Role.OWNER and not others.exists()
+
+
+class MembershipChangeForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ("role",)
+
+    def clean_role(self) -> str:
+        role = self.cleaned_data["role"]
+        if role != Role.OWNER and _is_last_owner(Membership.objects.get(pk=self.instance.pk)):
+            raise forms.ValidationError("The tenant's last owner stays an owner: make another member owner first.")
+        return role
+
+
+class MembershipAddForm(forms.ModelForm):
+    # A name, not a list of every user of the site: members of one tenant must not learn
+    # who else has an account.
+    username = forms.CharField(max_length=150, help_text="The user's username (they need an account already).")
+
+    class Meta:
+        model = Membership
+        fields = ("tenant", "role")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        username, tenant = cleaned.get("username"), cleaned.get("tenant")
+        if username:
+            user = get_user_model().objects.filter(username=username).first()
+            if user is None:
+                self.add_error("username", "No user has this username.")
+            elif tenant is not None and Membership.objects.filter(tenant=tenant, user=user).exists():
+                self.add_error("username", "Already a member of this tenant: change their role instead.")
+            else:
+                cleaned["user"] = user
+        return cleaned
+
+
+@admin.register(OidcIssuer)
+class OidcIssuerAdmin(TenantScopedAdmin):
+    tenant_field = "tenant"
+    add_role = change_role = delete_role = Role.OWNER
+    list_display = ("tenant", "issuer", "audience", "is_active", "updated_at")
+    list_select_related = ("tenant",)
+    # Issuers and their keys are served over TLS; a URL typed without a scheme means https.
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def get_readonly_fields(self, request: HttpRequest, obj: OidcIssuer | None = None) -> Any:
+        return ("tenant",) if obj is not None else ()
+
+
+class ApiKeyAddForm(forms.ModelForm):
+    """A new key's terms; accounts.services makes it (and says what it will not make)."""
+
+    principal = forms.CharField(
+        required=False,
+        max_length=150,
+        help_text="Who the caller is: its tasks belong to this principal; keys naming the same principal share "
+        "their tasks. Empty: the key is its own principal (key:<prefix>).",
+    )
+
+    class Meta:
+        model = ApiKey
+        fields = ("tenant", "name", "principal", "agents", "expires_at")
+
+    def clean_principal(self) -> str:
+        principal = self.cleaned_data["principal"]
+        if not principal:
+            return ""
+        try:
+            return principal_check(principal)
+        except AccountError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        tenant, agents = cleaned.get("tenant"), cleaned.get("agents") or []
+        # The terms api_key_create refuses, checked here so that they show on the form
+        # instead of failing the save.
+        foreign = [str(agent) for agent in agents if tenant is not None and agent.tenant_id != tenant.pk]
+        if foreign:
+            self.add_error("agents", f"Not agents of {tenant}: {', '.join(foreign)}.")
+        expires_at = cleaned.get("expires_at")
+        if expires_at is not None and expires_at <= timezone.now():
+            self.add_error("expires_at", "The expiry is in the past.")
+        return cleaned
+
+    def _post_clean(self) -> None:
+        # The model's checks would refuse the blank principal that api_key_create fills in;
+        # the key is validated above and made by the service.
+        pass
+
+
+class ApiKeyChangeForm(forms.ModelForm):
+    class Meta:
+        model = ApiKey
+        fields = ("name", "agents", "expires_at")
+
+    def clean_agents(self) -> Any:
+        agents = self.cleaned_data["agents"]
+        foreign = [str(agent) for agent in agents if agent.tenant_id != self.instance.tenant_id]
+        if foreign:
+            raise forms.ValidationError(f"Not agents of {self.instance.tenant}: {', '.join(foreign)}.")
+        return agents
+
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    """Adding a key here generates its secret, shows it once, and stores only its hash."""
+class ApiKeyAdmin(TenantScopedAdmin):
+    """Adding a key here generates its secret, shows it once, and stores only its hash.
+    Keys are revoked, never deleted here: their tasks and log keep pointing at them."""
 
-    list_display = ("name", "tenant", "principal", "prefix", "created_at", "revoked_at")
+    tenant_field = "tenant"
+    add_role = change_role = Role.OWNER
+    list_display = (
+        "name",
+        "tenant",
+        "principal",
+        "prefix",
+        "agent_list",
+        "created_at",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
+    )
     list_filter = ("tenant",)
     list_select_related = ("tenant",)
-    fields = ("tenant", "name", "principal", "prefix", "created_at", "revoked_at")
-    readonly_fields = ("prefix", "created_at")
     search_fields = ("name", "principal", "prefix")
     actions = ("revoke",)
 
-    def save_model(self, request, obj, form, change):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
+        # The agents column: one query for the page, not one per key.
+        return super().get_queryset(request).prefetch_related(Prefetch("agents", queryset=Agent.objects.only("slug")))
+
+    def get_form(self, request: HttpRequest, obj: ApiKey | None = None, change: bool = False, **kwargs: Any) -> Any:
+        kwargs["form"] = ApiKeyAddForm if obj is None else ApiKeyChangeForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
+        if obj is None:
+            return ("tenant", "name", "principal", "agents", "expires_at")
+        return (
+            "tenant",
+            "name",
+            "principal",
+            "prefix",
+            "agents",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
+        if obj is None:
+            return ()
+        # Another principal would hand the key's tasks to someone else; revoke and make a new key.
+        return ("tenant", "principal", "prefix", "created_at", "last_used_at", "revoked_at")
+
+    @admin.display(description="agents")
+    def agent_list(self, obj: ApiKey) -> str:
+        return ", ".join(agent.slug for agent in obj.agents.all()) or "all"
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             return super().save_model(request, obj, form, change)
-        key, plaintext = api_key_create(tenant=obj.tenant, name=obj.name, principal=obj.principal or None)
-        obj.pk, obj.prefix, obj.key_hash, obj.created_at = key.pk, key.prefix, key.key_hash, key.created_at
+        data = form.cleaned_data
+        key, plaintext = api_key_create(
+            tenant=data["tenant"],
+            name=data["name"],
+            principal=data["principal"] or None,
+            agents=data["agents"],
+            expires_at=data["expires_at"],
+        )
+        # The admin logs the addition and links to the object through these.
+        for field in ("pk", "tenant", "name", "principal", "prefix", "key_hash", "created_at", "expires_at"):
+            setattr(obj, field, getattr(key, field))
         self.message_user(
             request, f"API key created. Copy it now, it is not shown again: {plaintext}", messages.WARNING
         )
 
-    @admin.action(description="Revoke the selected keys")
-    def revoke(self, request, queryset):
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
-        self.message_user(request, f"Revoked {count} key(s).")
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        # A new key's agents were set by api_key_create.
+        if change:
+            super().save_related(request, form, formsets, change)
+
+    @admin.action(description="Revoke the selected keys", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
+        mine = self.may_in(request, queryset, Role.OWNER)
+        revoked = 0
+        # Through the service, one by one: each revocation is announced to every process.
+        for key in mine.filter(revoked_at__isnull=True):
+            if api_key_revoke(key=key):
+                self.log_change(request, key, "Revoked.")
+                revoked += 1
+        skipped = queryset.count() - mine.count()
+        text = f"Revoked {revoked} key(s)."
+        if skipped:
+            text += f" {skipped} not yours to revoke (you are not an owner of their tenant)."
+        self.message_user(request, text, messages.SUCCESS if revoked else messages.WARNING)
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request) or bool(tenant_ids_with(request, Role.OWNER))

@@ -1,25 +1,18 @@
-"""Operators follow deliveries and their attempts, and revive dead ones. Everything is
-read-only here; secrets (credentials, tokens, private keys) are never shown."""
+"""Members follow their tenants' deliveries and attempts; operators and owners revive dead
+ones. Everything is read-only here; secrets (credentials, tokens, private keys) are never shown."""
 
 from django.contrib import admin, messages
+
+from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin, TenantScopedTabularInline, is_superuser
+from accounts.models import Role
 
 from . import services
 from .models import DeliveryState, PushAttempt, PushConfig, PushDelivery, SigningKey
 
 
-class _ReadOnly:
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-
-class PushAttemptInline(_ReadOnly, admin.TabularInline):
+class PushAttemptInline(ReadOnlyForEveryone, TenantScopedTabularInline):
     model = PushAttempt
+    tenant_field = "delivery__config__task__tenant"
     extra = 0
     fields = ("started_at", "status_code", "latency_ms", "error", "jti")
     readonly_fields = fields
@@ -27,7 +20,8 @@ class PushAttemptInline(_ReadOnly, admin.TabularInline):
 
 
 @admin.register(PushDelivery)
-class PushDeliveryAdmin(_ReadOnly, admin.ModelAdmin):
+class PushDeliveryAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
+    tenant_field = "config__task__tenant"
     list_display = ("event_id", "config_name", "state", "attempts", "last_status_code", "created_at", "delivered_at")
     list_filter = ("state",)
     list_select_related = ("config",)
@@ -61,15 +55,21 @@ class PushDeliveryAdmin(_ReadOnly, admin.ModelAdmin):
         description="Retry dead deliveries (fresh attempts; the config resumes from there)", permissions=["retry"]
     )
     def retry_dead(self, request, queryset):
-        dead = list(queryset.filter(state=DeliveryState.DEAD).values_list("pk", flat=True))
+        # A member who only views some of the selected deliveries' tenants retries the rest.
+        mine = self.may_in(request, queryset, Role.OPERATOR)
+        dead = list(mine.filter(state=DeliveryState.DEAD).values_list("pk", flat=True))
         revived = services.deliveries_retry(delivery_pks=dead)
+        for delivery in PushDelivery.objects.filter(pk__in=dead, state=DeliveryState.PENDING).select_related("config"):
+            self.log_change(request, delivery, "Retried.")
         self.message_user(
             request, f"{revived} dead deliveries queued again.", messages.SUCCESS if revived else messages.WARNING
         )
 
     def has_retry_permission(self, request) -> bool:
-        # The admin edits nothing here, but resuming a delivery is a change to it.
-        return request.user.has_perm("push.change_pushdelivery")
+        # The admin edits nothing here, but resuming a delivery is a change to it: operators'.
+        if is_superuser(request):
+            return request.user.has_perm("push.change_pushdelivery")
+        return self.member_may(request, Role.OPERATOR)
 
     def get_actions(self, request):
         # The site-wide "delete selected" would remove the log; keep only ours.
@@ -79,9 +79,11 @@ class PushDeliveryAdmin(_ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(PushConfig)
-class PushConfigAdmin(_ReadOnly, admin.ModelAdmin):
+class PushConfigAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
+    tenant_field = "task__tenant"
     list_display = ("config_id", "task", "url", "status", "delivered_seq", "next_attempt_at", "deleted_at")
     list_filter = ("status",)
+    list_select_related = ("task",)
     search_fields = ("=task__id", "=config_id")
     ordering = ("-created_at",)
     show_facets = admin.ShowFacets.NEVER
@@ -113,7 +115,9 @@ class PushConfigAdmin(_ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(SigningKey)
-class SigningKeyAdmin(_ReadOnly, admin.ModelAdmin):
+class SigningKeyAdmin(ReadOnlyForEveryone, admin.ModelAdmin):
+    """The site's keys, not a tenant's: superusers only (members hold no Django permissions)."""
+
     list_display = ("kid", "created_at", "signs_from", "signs_until", "unpublish_at")
     ordering = ("-signs_from",)
     fields = ("kid", "public_jwk", "created_at", "signs_from", "signs_until", "unpublish_at")

@@ -1,4 +1,5 @@
-"""Operators inspect tasks and manage keys in the Django admin."""
+"""A superuser inspects tasks and manages keys in the Django admin (what members of a tenant
+see and do there: tests/test_admin_scoping.py)."""
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -9,24 +10,24 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def operator(client):
-    user = get_user_model().objects.create_superuser("op", "op@example.com", "pw-for-tests-only")
+def superuser(client):
+    user = get_user_model().objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
     client.force_login(user)
     return client
 
 
-def test_an_operator_browses_a_task_with_its_history_and_events(operator, rpc, writer_agent, alice_key):
+def test_a_superuser_browses_a_task_with_its_history_and_events(superuser, rpc, writer_agent, alice_key):
     task = rpc.send("/agents/acme/writer/", "a letter about spring", key=alice_key).result["task"]
-    listing = operator.get("/admin/tasks_app/task/")
+    listing = superuser.get("/admin/tasks_app/task/")
     assert listing.status_code == 200 and task["id"] in listing.content.decode()
-    page = operator.get(f"/admin/tasks_app/task/{task['id']}/change/").content.decode()
+    page = superuser.get(f"/admin/tasks_app/task/{task['id']}/change/").content.decode()
     assert "Planning a letter about spring" in page  # a status message
     assert "letter.txt" in page  # the artifact
     assert "completed" in page  # the status history and the event log
 
 
-def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(operator, tenant, echo_agent, rpc):
-    response = operator.post(
+def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(superuser, tenant, echo_agent, rpc):
+    response = superuser.post(
         "/admin/accounts/apikey/add/", {"tenant": tenant.pk, "name": "from-admin", "principal": "dora"}, follow=True
     )
     assert response.status_code == 200
@@ -35,3 +36,15 @@ def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(operator, 
     stored = ApiKey.objects.get(name="from-admin")
     assert plaintext not in stored.key_hash and stored.principal == "dora"
     assert rpc("/agents/acme/echo/", "ListTasks", {}, key=plaintext).result["totalSize"] == 0
+
+
+def test_the_store_is_read_only_in_the_admin_even_for_a_superuser(superuser, rpc, echo_agent, alice_key):
+    task = rpc.send("/agents/acme/echo/", "keep me", key=alice_key).result["task"]
+    page = superuser.get(f"/admin/tasks_app/task/{task['id']}/change/").content.decode()
+    assert 'name="_save"' not in page
+    assert superuser.get(f"/admin/tasks_app/task/{task['id']}/delete/").status_code == 403
+    assert superuser.get("/admin/tasks_app/task/add/").status_code == 403
+
+
+def test_a_superuser_sees_a_missing_object_as_not_found(superuser, tenant):
+    assert superuser.get("/admin/accounts/tenant/987654321/change/").status_code == 404

@@ -1,0 +1,610 @@
+"""The admin, scoped by tenant and role: a member sees only their tenants' data and does only
+what their role allows there; superusers see and do everything the admin offers.
+
+Two tenants, acme (A) and globex (B), each with an agent, a key, a task made through the
+protocol with its push config, a dead delivery and its attempt, an issuer and a member.
+Everything of globex carries "globex" in what the admin shows of it, so a page a member of
+acme alone may read must never contain the word.
+
+A later admin page of tenant data is covered by adding it to PAGES.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.admin.models import ADDITION, CHANGE, LogEntry
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from accounts.services import api_key_create, member_add, oidc_issuer_set, tenant_ensure
+from push.models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
+from tasks_app.models import Task, TaskEvent
+from tests.conftest import make_agent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PASSWORD = "pw-for-tests-only"
+
+
+@dataclass
+class Side:
+    """One tenant's things, as the admin shows them."""
+
+    tenant: Tenant
+    agent: Agent
+    key: ApiKey
+    plaintext: str
+    task: Task
+    config: PushConfig
+    delivery: PushDelivery
+    issuer: OidcIssuer
+    membership: Membership
+
+    @property
+    def path(self) -> str:
+        return self.agent.path
+
+
+@dataclass
+class World:
+    a: Side
+    b: Side
+
+
+def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
+    agent = make_agent(tenant, agent_slug, "echo")
+    key, plaintext = api_key_create(tenant=tenant, name=f"{tenant.slug}-key", principal=f"{tenant.slug}-principal")
+    hook = {"id": f"{tenant.slug}-hook", "url": f"http://127.0.0.1:9/{tenant.slug}-hook"}
+    task_id = rpc.send(
+        agent.path, f"hello from {tenant.slug}", key=plaintext, configuration={"taskPushNotificationConfig": hook}
+    ).result["task"]["id"]
+    config = PushConfig.objects.get(task_id=task_id)
+    event = TaskEvent.objects.filter(task_id=task_id).order_by("seq").first()
+    assert event is not None
+    # A delivery that ran out of attempts, as push.delivery leaves one (its run is tested elsewhere).
+    delivery = PushDelivery.objects.create(
+        config=config,
+        event=event,
+        seq=event.seq,
+        state=DeliveryState.DEAD,
+        attempts=4,
+        last_status_code=500,
+        last_error=f"{tenant.slug}-delivery-error",
+    )
+    PushConfig.objects.filter(pk=config.pk).update(status=ConfigStatus.DEAD)
+    PushAttempt.objects.create(
+        delivery=delivery, started_at=timezone.now(), status_code=500, error=f"{tenant.slug}-attempt-error"
+    )
+    issuer = oidc_issuer_set(
+        tenant=tenant,
+        issuer=f"https://id.{tenant.slug}.example",
+        audience=f"{tenant.slug}-agents",
+        jwks_url=f"https://id.{tenant.slug}.example/jwks",
+    )
+    user = get_user_model().objects.create_user(member, password=PASSWORD)
+    return Side(
+        tenant=tenant,
+        agent=agent,
+        key=key,
+        plaintext=plaintext,
+        task=Task.objects.get(pk=task_id),
+        config=config,
+        delivery=delivery,
+        issuer=issuer,
+        membership=member_add(tenant=tenant, user=user, role=Role.OWNER),
+    )
+
+
+@pytest.fixture
+def world(rpc, tenant) -> World:
+    return World(
+        a=_side(rpc, tenant, "echo", "acme-founder"),
+        b=_side(rpc, tenant_ensure(slug="globex", name="Globex"), "globex-spy", "globex-founder"),
+    )
+
+
+# --- who is looking ----------------------------------------------------------------------
+
+# A-only members by role, one owner of A who only views B, a staff user of no tenant, a superuser.
+USERS = ("viewer", "operator", "owner", "owner-of-a-viewer-of-b", "no-tenant", "superuser")
+MEMBERS_OF_A_ONLY = ("viewer", "operator", "owner")
+
+
+def _make_user(name: str, world: World):
+    users = get_user_model().objects
+    if name == "superuser":
+        return users.create_superuser(name, f"{name}@example.com", PASSWORD)
+    user = users.create_user(name, password=PASSWORD, is_staff=True)
+    if name in (Role.VIEWER, Role.OPERATOR, Role.OWNER):
+        member_add(tenant=world.a.tenant, user=user, role=name)
+    elif name == "owner-of-a-viewer-of-b":
+        member_add(tenant=world.a.tenant, user=user, role=Role.OWNER)
+        member_add(tenant=world.b.tenant, user=user, role=Role.VIEWER)
+    return user
+
+
+@pytest.fixture
+def as_user(world) -> Callable[[str], Client]:
+    """A browser logged in to the admin as one of USERS."""
+
+    def login(name: str) -> Client:
+        browser = Client()
+        browser.force_login(_make_user(name, world))
+        return browser
+
+    return login
+
+
+# --- the pages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    """An admin page of tenant data: where it is, which object of a tenant it shows and what
+    of that object its listing shows, and which roles may add, change and delete there."""
+
+    path: str
+    pk: Callable[[Side], Any]
+    listed: Callable[[Side], str]
+    add: frozenset[str] = frozenset()
+    change: frozenset[str] = frozenset()
+    delete: frozenset[str] = frozenset()
+
+    def changelist(self) -> str:
+        return f"/admin/{self.path}/"
+
+    def change_url(self, pk: Any) -> str:
+        return f"/admin/{self.path}/{pk}/change/"
+
+
+OWNER = frozenset({Role.OWNER})
+SUPERUSER = "superuser"
+
+PAGES = {
+    "tenants": Page(
+        "accounts/tenant",
+        lambda s: s.tenant.pk,
+        lambda s: s.tenant.slug,
+        add=frozenset({SUPERUSER}),
+        change=frozenset({SUPERUSER}),
+        delete=frozenset({SUPERUSER}),
+    ),
+    "agents": Page(
+        "accounts/agent",
+        lambda s: s.agent.pk,
+        lambda s: str(s.agent),
+        add=frozenset({SUPERUSER}),
+        change=OWNER | {SUPERUSER},
+        delete=frozenset({SUPERUSER}),
+    ),
+    "api keys": Page(
+        "accounts/apikey",
+        lambda s: s.key.pk,
+        lambda s: s.key.prefix,
+        add=OWNER | {SUPERUSER},
+        change=OWNER | {SUPERUSER},
+        delete=frozenset({SUPERUSER}),  # members revoke keys; only a superuser removes one
+    ),
+    "memberships": Page(
+        "accounts/membership",
+        lambda s: s.membership.pk,
+        lambda s: s.membership.user.username,
+        add=OWNER | {SUPERUSER},
+        change=OWNER | {SUPERUSER},
+        delete=OWNER | {SUPERUSER},
+    ),
+    "issuers": Page(
+        "accounts/oidcissuer",
+        lambda s: s.issuer.pk,
+        lambda s: s.issuer.issuer,
+        add=OWNER | {SUPERUSER},
+        change=OWNER | {SUPERUSER},
+        delete=OWNER | {SUPERUSER},
+    ),
+    # Protocol data: read-only for everyone.
+    "tasks": Page("tasks_app/task", lambda s: s.task.pk, lambda s: str(s.task.pk)),
+    "push configs": Page("push/pushconfig", lambda s: s.config.pk, lambda s: s.config.config_id),
+    "push deliveries": Page("push/pushdelivery", lambda s: s.delivery.pk, lambda s: s.delivery.event_id_text),
+}
+
+
+def nothing_of_globex_in(html: str, world: World) -> bool:
+    return "globex" not in html.lower() and str(world.b.task.pk) not in html
+
+
+def absent_pk(page: Page, world: World) -> Any:
+    return uuid.uuid4() if isinstance(page.pk(world.a), uuid.UUID) else 987654321
+
+
+# --- seeing ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("member", MEMBERS_OF_A_ONLY)
+@pytest.mark.parametrize("page_name", PAGES)
+def test_a_member_of_one_tenant_lists_its_objects_and_nothing_of_another(page_name, member, world, as_user):
+    page, browser = PAGES[page_name], as_user(member)
+    listing = browser.get(page.changelist())
+    assert listing.status_code == 200
+    html = listing.content.decode()
+    assert page.listed(world.a) in html
+    assert nothing_of_globex_in(html, world)
+
+
+@pytest.mark.parametrize("member", MEMBERS_OF_A_ONLY)
+@pytest.mark.parametrize("page_name", PAGES)
+def test_another_tenants_object_answers_404_exactly_as_one_that_does_not_exist(page_name, member, world, as_user):
+    page, browser = PAGES[page_name], as_user(member)
+    own = browser.get(page.change_url(page.pk(world.a)))
+    assert own.status_code == 200 and page.listed(world.a) in own.content.decode()
+    foreign = browser.get(page.change_url(page.pk(world.b)))
+    missing = browser.get(page.change_url(absent_pk(page, world)))
+    assert foreign.status_code == missing.status_code == 404
+    assert foreign.content == missing.content
+    assert nothing_of_globex_in(foreign.content.decode(), world)
+    # Nor through its history, its delete page, or a POST.
+    for suffix in ("history/", "delete/"):
+        assert browser.get(f"/admin/{page.path}/{page.pk(world.b)}/{suffix}").status_code == 404
+    assert browser.post(page.change_url(page.pk(world.b)), {}).status_code == 404
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_a_member_of_two_tenants_sees_both_and_a_superuser_sees_everything(page_name, world, as_user):
+    page = PAGES[page_name]
+    for name in ("owner-of-a-viewer-of-b", "superuser"):
+        html = as_user(name).get(page.changelist()).content.decode()
+        assert page.listed(world.a) in html and page.listed(world.b) in html
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_a_staff_user_of_no_tenant_sees_nothing(page_name, world, as_user):
+    page, browser = PAGES[page_name], as_user("no-tenant")
+    assert browser.get(page.changelist()).status_code == 403
+    assert browser.get(page.change_url(page.pk(world.a))).status_code == 404
+    index = browser.get("/admin/").content.decode()
+    assert "permission to view or edit anything" in index
+    assert page.changelist() not in index
+
+
+def test_the_index_offers_a_member_only_what_they_may_see(world, as_user):
+    index = as_user("viewer").get("/admin/").content.decode()
+    for page in PAGES.values():
+        assert page.changelist() in index
+    assert "/admin/push/signingkey/" not in index and "/admin/auth/user/" not in index
+
+
+def test_the_sites_signing_keys_and_users_are_for_superusers_only(world, as_user):
+    for member in ("owner", "owner-of-a-viewer-of-b"):
+        browser = as_user(member)
+        assert browser.get("/admin/push/signingkey/").status_code == 403
+        assert browser.get("/admin/auth/user/").status_code == 403
+    assert as_user("superuser").get("/admin/push/signingkey/").status_code == 200
+
+
+def test_a_task_page_shows_the_members_messages_events_and_attempts_of_its_own_tenant(world, as_user):
+    browser = as_user("viewer")
+    task_page = browser.get(PAGES["tasks"].change_url(world.a.task.pk)).content.decode()
+    assert "hello from acme" in task_page  # a message
+    assert "TASK_STATE_COMPLETED" in task_page or "completed" in task_page  # status changes and events
+    delivery_page = browser.get(PAGES["push deliveries"].change_url(world.a.delivery.pk)).content.decode()
+    assert "acme-attempt-error" in delivery_page
+
+
+def test_list_filters_offer_only_the_members_tenants_and_agents(world, as_user):
+    html = as_user("owner-of-a-viewer-of-b").get("/admin/tasks_app/task/").content.decode()
+    assert f"tenant__id__exact={world.b.tenant.pk}" in html  # both tenants: a filter to choose
+    html = as_user("superuser").get("/admin/tasks_app/task/").content.decode()
+    assert f"agent__id__exact={world.b.agent.pk}" in html
+    # One tenant, one agent: nothing to choose, and never the other tenant's.
+    owner = as_user("owner")
+    html = owner.get("/admin/tasks_app/task/").content.decode()
+    assert f"tenant__id__exact={world.b.tenant.pk}" not in html and f"agent__id__exact={world.b.agent.pk}" not in html
+    filtered = owner.get(f"/admin/tasks_app/task/?tenant__id__exact={world.b.tenant.pk}")
+    assert nothing_of_globex_in(filtered.content.decode(), world)
+
+
+# --- doing -------------------------------------------------------------------------------
+
+ROLES_AND_SUPERUSER = (Role.VIEWER, Role.OPERATOR, Role.OWNER, SUPERUSER)
+
+
+@pytest.mark.parametrize("who", ROLES_AND_SUPERUSER)
+@pytest.mark.parametrize("page_name", PAGES)
+def test_each_role_adds_changes_and_deletes_only_where_it_may(page_name, who, world, as_user):
+    page, browser = PAGES[page_name], as_user(who)
+    pk = page.pk(world.a)
+    assert browser.get(f"/admin/{page.path}/add/").status_code == (200 if who in page.add else 403)
+    change_page = browser.get(page.change_url(pk))
+    assert change_page.status_code == 200
+    assert ('name="_save"' in change_page.content.decode()) == (who in page.change)
+    if who not in page.change:
+        assert browser.post(page.change_url(pk), {}).status_code == 403
+    assert browser.get(f"/admin/{page.path}/{pk}/delete/").status_code == (200 if who in page.delete else 403)
+
+
+def _run_action(browser: Client, page: Page, action: str, *pks: Any):
+    return browser.post(page.changelist(), {"action": action, "_selected_action": [str(pk) for pk in pks]}, follow=True)
+
+
+@pytest.mark.parametrize(("who", "may"), [(Role.VIEWER, False), (Role.OPERATOR, True), (Role.OWNER, True)])
+def test_operators_and_owners_retry_dead_deliveries_and_viewers_cannot(who, may, world, as_user, push_jobs):
+    browser, page = as_user(who), PAGES["push deliveries"]
+    push_jobs.clear()  # the jobs the world's configs queued
+    assert ("retry_dead" in browser.get(page.changelist()).content.decode()) == may
+    _run_action(browser, page, "retry_dead", world.a.delivery.pk)
+    world.a.delivery.refresh_from_db()
+    assert world.a.delivery.state == (DeliveryState.PENDING if may else DeliveryState.DEAD)
+    assert [config_pk for config_pk, _ in push_jobs] == ([world.a.config.pk] if may else [])
+    logged = LogEntry.objects.filter(object_id=str(world.a.delivery.pk), action_flag=CHANGE, user__username=who)
+    assert logged.exists() == may
+
+
+def test_a_member_retries_only_in_the_tenants_where_they_operate(world, as_user):
+    _run_action(
+        as_user("owner-of-a-viewer-of-b"),
+        PAGES["push deliveries"],
+        "retry_dead",
+        world.a.delivery.pk,
+        world.b.delivery.pk,
+    )
+    assert PushDelivery.objects.get(pk=world.a.delivery.pk).state == DeliveryState.PENDING
+    assert PushDelivery.objects.get(pk=world.b.delivery.pk).state == DeliveryState.DEAD
+
+
+@pytest.mark.parametrize(("who", "may"), [(Role.VIEWER, False), (Role.OPERATOR, False), (Role.OWNER, True)])
+def test_only_owners_revoke_keys(who, may, world, as_user):
+    browser, page = as_user(who), PAGES["api keys"]
+    assert ('value="revoke"' in browser.get(page.changelist()).content.decode()) == may
+    _run_action(browser, page, "revoke", world.a.key.pk)
+    world.a.key.refresh_from_db()
+    assert (world.a.key.revoked_at is not None) == may
+
+
+@pytest.fixture
+def auth_caches(settings):
+    """Keys cached as in production, so that a revocation must be announced to take effect."""
+    import time
+
+    from accounts import changes
+    from accounts.selectors import caches_clear
+
+    settings.AUTH_CACHE_SECONDS = 60
+    caches_clear()
+    deadline = time.monotonic() + 5
+    while not changes.caches_usable():
+        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
+        time.sleep(0.01)
+    yield
+    caches_clear()
+
+
+def test_a_key_revoked_in_the_admin_fails_on_the_next_request(world, as_user, rpc, auth_caches):
+    assert rpc(world.a.path, "ListTasks", {}, key=world.a.plaintext).status == 200  # now cached
+    response = _run_action(as_user("owner"), PAGES["api keys"], "revoke", world.a.key.pk)
+    assert "Revoked 1 key(s)." in response.content.decode()
+    assert rpc(world.a.path, "ListTasks", {}, key=world.a.plaintext).status == 401
+    assert LogEntry.objects.filter(object_id=str(world.a.key.pk), change_message="Revoked.").exists()
+
+
+def test_an_owner_of_one_tenant_revokes_only_its_keys(world, as_user, rpc):
+    response = _run_action(
+        as_user("owner-of-a-viewer-of-b"), PAGES["api keys"], "revoke", world.a.key.pk, world.b.key.pk
+    )
+    assert "Revoked 1 key(s). 1 not yours to revoke" in response.content.decode()
+    assert rpc(world.a.path, "ListTasks", {}, key=world.a.plaintext).status == 401
+    assert rpc(world.b.path, "ListTasks", {}, key=world.b.plaintext).status == 200
+
+
+# --- API keys made in the admin ----------------------------------------------------------
+
+
+def _add_key(browser: Client, **fields: Any):
+    return browser.post("/admin/accounts/apikey/add/", fields, follow=True)
+
+
+def _shown_plaintext(response) -> str:
+    shown = next(m.message for m in response.context["messages"] if "ask_" in m.message)
+    return shown[shown.index("ask_") :].strip()
+
+
+def test_a_key_made_by_an_owner_is_shown_once_stored_hashed_and_calls_only_its_agents(world, as_user, rpc):
+    other = make_agent(world.a.tenant, "other", "echo")
+    browser = as_user("owner")
+    response = _add_key(browser, tenant=world.a.tenant.pk, name="ci", agents=[world.a.agent.pk])
+    plaintext = _shown_plaintext(response)
+    key = ApiKey.objects.get(name="ci")
+    assert key.key_hash == hashlib.sha256(plaintext.encode()).hexdigest()
+    assert not any(plaintext in str(value) for value in vars(key).values())
+    assert key.principal == f"key:{key.prefix}"  # no principal given: the key is its own
+    for page in (PAGES["api keys"].changelist(), PAGES["api keys"].change_url(key.pk)):
+        html = browser.get(page).content.decode()
+        assert plaintext not in html and key.key_hash not in html  # the secret once, its hash never
+    assert rpc(world.a.path, "ListTasks", {}, key=plaintext).status == 200
+    assert rpc(other.path, "ListTasks", {}, key=plaintext).status == 403
+    assert LogEntry.objects.filter(object_id=str(key.pk), action_flag=ADDITION, user__username="owner").exists()
+
+
+def test_the_key_form_offers_only_the_tenants_and_agents_the_member_owns(world, as_user):
+    browser = as_user("owner-of-a-viewer-of-b")
+    form = browser.get("/admin/accounts/apikey/add/").content.decode()
+    assert f'<option value="{world.a.tenant.pk}"' in form and f'<option value="{world.a.agent.pk}"' in form
+    assert nothing_of_globex_in(form, world)
+    response = _add_key(browser, tenant=world.b.tenant.pk, name="sneaky")
+    assert "Select a valid choice" in response.content.decode()
+    response = _add_key(browser, tenant=world.a.tenant.pk, name="sneaky", agents=[world.b.agent.pk])
+    assert "Select a valid choice" in response.content.decode()
+    assert not ApiKey.objects.filter(name="sneaky").exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "error"),
+    [
+        ({"principal": "oidc:someone"}, "must not contain"),  # accounts.services.principal_check
+        ({"expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"}, "The expiry is in the past."),
+    ],
+)
+def test_a_key_the_services_refuse_is_a_form_error(fields, error, world, as_user):
+    response = _add_key(as_user("owner"), tenant=world.a.tenant.pk, name="refused", **fields)
+    assert response.status_code == 200 and error in response.content.decode()
+    assert not ApiKey.objects.filter(name="refused").exists()
+
+
+def test_an_existing_keys_principal_and_tenant_do_not_change(world, as_user):
+    browser = as_user("owner")
+    browser.post(
+        PAGES["api keys"].change_url(world.a.key.pk),
+        {"name": "renamed", "principal": "someone-else", "tenant": world.b.tenant.pk},
+    )
+    world.a.key.refresh_from_db()
+    assert world.a.key.name == "renamed"
+    assert world.a.key.principal == "acme-principal" and world.a.key.tenant_id == world.a.tenant.pk
+
+
+# --- members, agents, issuers, tenants ---------------------------------------------------
+
+
+def test_a_tenant_keeps_an_owner(world, as_user):
+    browser = as_user("owner")
+    founder, mine = world.a.membership, Membership.objects.get(user__username="owner")
+    browser.post(PAGES["memberships"].change_url(founder.pk), {"role": Role.VIEWER})
+    assert Membership.objects.get(pk=founder.pk).role == Role.VIEWER
+    refused = browser.post(PAGES["memberships"].change_url(mine.pk), {"role": Role.VIEWER})
+    assert "last owner stays an owner" in refused.content.decode()
+    assert browser.get(f"/admin/accounts/membership/{mine.pk}/delete/").status_code == 403
+    assert Membership.objects.get(pk=mine.pk).role == Role.OWNER
+
+
+def test_deleting_members_in_bulk_spares_the_tenants_the_member_only_views(world, as_user):
+    def delete(who: str, membership: Membership):
+        confirmed = {"action": "delete_selected", "_selected_action": [membership.pk], "post": "yes"}
+        return as_user(who).post(PAGES["memberships"].changelist(), confirmed, follow=True)
+
+    refused = delete("owner-of-a-viewer-of-b", world.b.membership)
+    assert refused.status_code == 403  # Django's delete_selected refuses the whole selection
+    assert Membership.objects.filter(pk=world.b.membership.pk).exists()
+    assert delete("owner", world.a.membership).status_code == 200
+    assert not Membership.objects.filter(pk=world.a.membership.pk).exists()
+
+
+def test_an_owner_adds_a_member_who_then_sees_the_tenant(world, as_user):
+    newcomer = get_user_model().objects.create_user("newcomer", password=PASSWORD)
+    response = as_user("owner").post(
+        "/admin/accounts/membership/add/",
+        {"tenant": world.a.tenant.pk, "username": "newcomer", "role": Role.VIEWER},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert Membership.objects.get(user=newcomer).tenant == world.a.tenant
+    assert LogEntry.objects.filter(user__username="owner", action_flag=ADDITION).exists()
+    browser = Client()
+    browser.force_login(newcomer)  # member_add made them staff
+    assert str(world.a.task.pk) in browser.get("/admin/tasks_app/task/").content.decode()
+
+
+@pytest.mark.parametrize(
+    ("username", "error"),
+    [("nobody-of-that-name", "No user has this username."), ("acme-founder", "Already a member")],
+)
+def test_an_unknown_user_or_an_existing_member_is_not_added(username, error, world, as_user):
+    response = as_user("owner").post(
+        "/admin/accounts/membership/add/", {"tenant": world.a.tenant.pk, "username": username, "role": Role.OWNER}
+    )
+    assert error in response.content.decode()
+    assert Membership.objects.filter(tenant=world.a.tenant).count() == 2  # the founder and the owner
+
+
+def test_a_member_is_not_added_to_a_tenant_the_owner_only_views(world, as_user):
+    get_user_model().objects.create_user("newcomer", password=PASSWORD)
+    response = as_user("owner-of-a-viewer-of-b").post(
+        "/admin/accounts/membership/add/", {"tenant": world.b.tenant.pk, "username": "newcomer", "role": Role.OWNER}
+    )
+    assert "Select a valid choice" in response.content.decode()
+    assert not Membership.objects.filter(user__username="newcomer").exists()
+
+
+def test_an_owner_changes_a_members_role_and_nothing_else(world, as_user):
+    as_user("owner").post(
+        PAGES["memberships"].change_url(world.a.membership.pk),
+        {"role": Role.VIEWER, "tenant": world.b.tenant.pk, "user": world.b.membership.user.pk},
+    )
+    world.a.membership.refresh_from_db()
+    assert world.a.membership.role == Role.VIEWER
+    assert world.a.membership.tenant == world.a.tenant and world.a.membership.user.username == "acme-founder"
+
+
+def test_an_owner_edits_its_agent_which_stays_in_its_tenant(world, as_user, rpc):
+    agent = world.a.agent
+    form = {
+        "slug": agent.slug,
+        "name": "Renamed",
+        "description": agent.description,
+        "version": "2.0.0",
+        "skills": "[]",
+        "input_modes": '["text/plain"]',
+        "output_modes": '["text/plain"]',
+        "executor": agent.executor,
+        "settings": "{}",
+        "extensions": "[]",
+        "extended_card": "null",
+        "streaming": "on",
+        "push_notifications": "on",
+        "is_active": "on",
+        "tenant": world.b.tenant.pk,
+    }
+    response = as_user("owner").post(PAGES["agents"].change_url(agent.pk), form)
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    agent.refresh_from_db()
+    assert agent.name == "Renamed" and agent.version == "2.0.0" and agent.tenant == world.a.tenant
+    assert LogEntry.objects.filter(object_id=str(agent.pk), action_flag=CHANGE, user__username="owner").exists()
+
+
+def test_an_owner_sets_its_tenants_issuer_and_no_other(world, as_user):
+    OidcIssuer.objects.filter(tenant=world.a.tenant).delete()
+    browser = as_user("owner-of-a-viewer-of-b")
+    issuer = {"issuer": "https://login.acme.example", "audience": "acme", "jwks_url": "https://login.acme.example/k"}
+    browser.post("/admin/accounts/oidcissuer/add/", {"tenant": world.a.tenant.pk, "is_active": "on", **issuer})
+    assert OidcIssuer.objects.get(tenant=world.a.tenant).issuer == "https://login.acme.example"
+    browser.post(PAGES["issuers"].change_url(world.b.issuer.pk), {"tenant": world.b.tenant.pk, **issuer})
+    assert OidcIssuer.objects.get(tenant=world.b.tenant).issuer == "https://id.globex.example"
+
+
+def test_no_member_creates_a_tenant_or_changes_its_limits(world, as_user):
+    browser = as_user("owner")
+    assert browser.post("/admin/accounts/tenant/add/", {"slug": "mine", "name": "Mine"}).status_code == 403
+    changed = browser.post(
+        PAGES["tenants"].change_url(world.a.tenant.pk), {"slug": "acme", "name": "Acme", "max_active_tasks": 999}
+    )
+    assert changed.status_code == 403
+    assert Tenant.objects.get(pk=world.a.tenant.pk).max_active_tasks is None
+    assert not Tenant.objects.filter(slug="mine").exists()
+
+
+# --- cost --------------------------------------------------------------------------------
+
+
+def _queries(browser: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert browser.get(url).status_code == 200
+    return len(queries)
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+def test_a_listing_costs_the_same_queries_however_many_rows_it_shows(page_name, world, as_user, rpc):
+    page, browser = PAGES[page_name], as_user("owner-of-a-viewer-of-b")
+    before = _queries(browser, page.changelist())
+    # A third tenant's worth of rows, which this member also sees.
+    third = tenant_ensure(slug="initech", name="Initech")
+    _side(rpc, third, "initech-bot", "initech-founder")
+    member_add(tenant=third, user=get_user_model().objects.get(username="owner-of-a-viewer-of-b"), role=Role.VIEWER)
+    after = _queries(browser, page.changelist())
+    assert page.listed(world.a) in browser.get(page.changelist()).content.decode()
+    assert after == before
