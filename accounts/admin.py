@@ -12,11 +12,10 @@ from django.contrib.auth import get_user_model
 from django.db import models
 from django.db.models import Model, Prefetch, QuerySet
 from django.http import HttpRequest
-from django.utils import timezone
 
 from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
 from .models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
-from .services import AccountError, api_key_create, api_key_revoke, member_add, principal_check
+from .services import AccountError, api_key_check, api_key_create, api_key_revoke, member_add
 
 
 @admin.register(Tenant)
@@ -142,26 +141,24 @@ class ApiKeyAddForm(forms.ModelForm):
         model = ApiKey
         fields = ("tenant", "name", "principal", "agents", "expires_at")
 
-    def clean_principal(self) -> str:
-        principal = self.cleaned_data["principal"]
-        if not principal:
-            return ""
-        try:
-            return principal_check(principal)
-        except AccountError as exc:
-            raise forms.ValidationError(str(exc)) from exc
-
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        tenant, agents = cleaned.get("tenant"), cleaned.get("agents") or []
-        # The terms api_key_create refuses, checked here so that they show on the form
-        # instead of failing the save.
-        foreign = [str(agent) for agent in agents if tenant is not None and agent.tenant_id != tenant.pk]
-        if foreign:
-            self.add_error("agents", f"Not agents of {tenant}: {', '.join(foreign)}.")
-        expires_at = cleaned.get("expires_at")
-        if expires_at is not None and expires_at <= timezone.now():
-            self.add_error("expires_at", "The expiry is in the past.")
+        tenant = cleaned.get("tenant")
+        if tenant is not None:
+            # The terms api_key_create refuses, checked by the same service so that they show
+            # on the form instead of failing the save.
+            try:
+                cleaned["principal"] = (
+                    api_key_check(
+                        tenant=tenant,
+                        principal=cleaned.get("principal") or None,
+                        agents=cleaned.get("agents") or [],
+                        expires_at=cleaned.get("expires_at"),
+                    )
+                    or ""
+                )
+            except AccountError as exc:
+                raise forms.ValidationError(str(exc)) from exc
         return cleaned
 
     def _post_clean(self) -> None:

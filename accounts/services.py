@@ -52,6 +52,19 @@ def principal_check(principal: str) -> str:
     return principal
 
 
+def api_key_check(
+    *, tenant: Tenant, principal: str | None = None, agents: Iterable[Agent] = (), expires_at: datetime | None = None
+) -> str | None:
+    """The terms of a new key, checked (AccountError says what is wrong); the principal as
+    it will be stored, or None for a key that is its own principal. Forms call this too."""
+    foreign = [str(a) for a in agents if a.tenant_id != tenant.pk]
+    if foreign:
+        raise AccountError(f"a key of {tenant.slug} cannot call another tenant's agents: {', '.join(foreign)}")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise AccountError("the expiry is in the past")
+    return principal_check(principal) if principal else None
+
+
 def api_key_create(
     *,
     tenant: Tenant,
@@ -63,20 +76,14 @@ def api_key_create(
     """Create a key; return it with the plaintext, which is shown once and never stored.
     Without `principal` the key is its own principal; with `agents` it calls only those."""
     agents = list(agents)
-    foreign = [str(a) for a in agents if a.tenant_id != tenant.pk]
-    if foreign:
-        raise AccountError(f"a key of {tenant.slug} cannot call another tenant's agents: {', '.join(foreign)}")
-    if expires_at is not None and expires_at <= timezone.now():
-        raise AccountError("the expiry is in the past")
+    principal = api_key_check(tenant=tenant, principal=principal, agents=agents, expires_at=expires_at)
     prefix = secrets.token_hex(KEY_ID_HEX_LENGTH // 2)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         key = ApiKey.objects.create(
             tenant=tenant,
             name=name,
-            principal=principal_check(principal)
-            if principal
-            else f"{KEY_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{prefix}",
+            principal=principal or f"{KEY_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{prefix}",
             prefix=prefix,
             key_hash=hash_secret(plaintext),
             expires_at=expires_at,

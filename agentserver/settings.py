@@ -39,6 +39,10 @@ INSTALLED_APPS = [
     "protocols",
 ]
 
+# Messages live in the session, not in a cookie: one of them carries a new API key's plaintext,
+# shown once, which must not travel back and forth in a cookie the browser keeps.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -448,8 +448,8 @@ def test_the_key_form_offers_only_the_tenants_and_agents_the_member_owns(world, 
 @pytest.mark.parametrize(
     ("fields", "error"),
     [
-        ({"principal": "oidc:someone"}, "must not contain"),  # accounts.services.principal_check
-        ({"expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"}, "The expiry is in the past."),
+        ({"principal": "oidc:someone"}, "must not contain"),  # accounts.services.api_key_check
+        ({"expires_at_0": "2001-01-01", "expires_at_1": "00:00:00"}, "the expiry is in the past"),
     ],
 )
 def test_a_key_the_services_refuse_is_a_form_error(fields, error, world, as_user):
