@@ -24,6 +24,9 @@ COPY requirements.txt constraints.txt ./
 RUN pip install -r requirements.txt
 
 COPY --chown=app:app . .
+# The admin's CSS and JS, under hashed names, into /app/staticfiles (STATIC_ROOT), where
+# WhiteNoise serves them from: part of the image, owned by root, read-only to the app.
+RUN python manage.py collectstatic --noinput -v 0
 USER 1000:1000
 
 EXPOSE 8000

@@ -45,6 +45,8 @@ MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files are answered here, before sessions, CSRF or users are looked at.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -252,7 +254,7 @@ CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
     "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
 }
 
-# --- Auth, i18n, static ----------------------------------------------------------------
+# --- Auth, i18n ------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -261,8 +263,27 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+
+# --- Static files (the admin's CSS and JS) ---------------------------------------------
+# WhiteNoise (in MIDDLEWARE) serves them from STATIC_ROOT, which `manage.py collectstatic`
+# fills: `make run` and the image's build run it. They are stored a second time under names
+# carrying a hash of their content, which the pages link to and browsers keep for good
+# (Cache-Control: max-age=315360000, public, immutable), so a release that changes a file
+# changes its name. Those pages cannot be rendered until collectstatic has written the
+# manifest of names. STATIC_FROM_APPS=1 (the tests: agentserver/test_settings.py) needs no
+# collectstatic: the files are served from the apps' own static/ folders, under plain names.
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT: Path | None = Path(env.str("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
+STATIC_FROM_APPS = env.bool("STATIC_FROM_APPS", default=False)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if STATIC_FROM_APPS
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = STATIC_FROM_APPS
 
 LOGGING = {
     "version": 1,

@@ -27,5 +27,12 @@ os.environ.setdefault("PUSH_BACKOFF_CAP", "0.2")
 os.environ.setdefault("PUSH_RETRY_AFTER_MAX", "5")
 os.environ.setdefault("PUSH_MAX_ATTEMPTS", "4")
 os.environ.setdefault("PUSH_KEY_PUBLISH_DELAY", "0")
+# No collectstatic before the tests: the admin's files come from the apps' static/ folders, here
+# and in the live stack's daphne (tests/test_static.py collects them, as `make run` does).
+os.environ.setdefault("STATIC_FROM_APPS", "1")
 
 from .settings import *  # noqa: E402,F403
+
+# WhiteNoise would warn at every test client's first request that STATIC_ROOT, never collected
+# into, does not exist.
+STATIC_ROOT = None

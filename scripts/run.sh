@@ -5,14 +5,15 @@
 #   2. Postgres + Redis: use them if they answer, start them if we can; if
 #      either is still missing, fall back to the embedded mode
 #      (AGENTSERVER_EMBEDDED=1: SQLite in .data/, Celery work done in-process)
-#   3. migrate, seed the demo tenant, start daphne (+ a Celery worker with
-#      beat unless embedded), wait until an agent card answers
+#   3. migrate, seed the demo tenant, collect the static files (the admin's CSS
+#      and JS, into STATIC_ROOT), start daphne (+ a Celery worker with beat
+#      unless embedded), wait until an agent card answers
 #   4. print URLs, API key and a curl example, then stay in the foreground
 #      until Ctrl-C, stopping everything it started.
 #
 # Env: PORT (default 8000), DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
-# force the embedded mode, SQLITE_PATH for its database (.data/db.sqlite3). Logs go to
-# RUN_DIR (.run/).
+# force the embedded mode, SQLITE_PATH for its database (.data/db.sqlite3), STATIC_ROOT for
+# the collected static files (staticfiles/). Logs go to RUN_DIR (.run/).
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -144,6 +145,13 @@ FIRST_AGENT="${AGENT_NAMES%% *}"
 PROBE_AGENT_VAR="AGENT_echo"; [[ -n "${AGENT_echo:-}" ]] || PROBE_AGENT_VAR="AGENT_$FIRST_AGENT"
 PROBE_PATH="${!PROBE_AGENT_VAR}"
 CARD_URL="$BASE${PROBE_PATH}.well-known/agent-card.json"
+
+# The admin's pages link their CSS and JS by the hashed names collectstatic writes (WhiteNoise
+# serves them): without this they cannot be rendered. Re-run each time, so the files follow the
+# code; unchanged files are not copied again.
+log "collecting static files (manage.py collectstatic, log: ${RUN_DIR#"$ROOT"/}/collectstatic.log)"
+"$VPY" manage.py collectstatic --noinput >"$RUN_DIR/collectstatic.log" 2>&1 \
+  || { show_log "$RUN_DIR/collectstatic.log"; die "manage.py collectstatic failed"; }
 
 start_bg web "$RUN_DIR/web.log" \
   "$VENV/bin/daphne" -b "$HOST" -p "$PORT" agentserver.asgi:application
