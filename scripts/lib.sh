@@ -6,7 +6,8 @@
 #   - tell whether Postgres / Redis from DATABASE_URL / REDIS_URL answer,
 #   - start the machine's own Postgres / Redis when they don't (and the start
 #     commands exist), never failing just because a command is missing,
-#   - create the database named in DATABASE_URL.
+#   - create the database named in DATABASE_URL,
+#   - install Chromium and ChromeDriver for the browser test when they are missing.
 #
 # Only bash, coreutils and the system python3 are assumed: this must work on a
 # fresh Debian machine before the venv exists.
@@ -243,4 +244,39 @@ ensure_services() {
 # uses the project's own Postgres driver, so psql need not be installed).
 ensure_database() {
   "$VPY" "$ROOT/scripts/ensure_db.py"
+}
+
+# --- a browser for tests/test_admin_browser.py -----------------------------------------------
+# Debian's chromium and chromium-driver, installed when missing and we can: apt-get is there and
+# we are root (CI machines are). Never fatal: the browser test itself fails and says what is
+# missing; AGENTSERVER_NO_BROWSER=1 (a machine that cannot have a browser) skips both.
+ensure_browser() {
+  if [[ "${AGENTSERVER_NO_BROWSER:-0}" == 1 ]]; then
+    log "AGENTSERVER_NO_BROWSER=1: not installing a browser; the browser test is skipped"
+    return 0
+  fi
+  if have chromium && have chromedriver; then
+    return 0
+  fi
+  if ! have apt-get || [[ "$(id -u)" != 0 ]]; then
+    warn "chromium and chromium-driver are missing and cannot be installed here (needs apt-get as root):"
+    warn "  the browser test will fail. Install them, or set AGENTSERVER_NO_BROWSER=1 to skip it."
+    return 0
+  fi
+  local logf="$RUN_DIR/apt-browser.log"
+  mkdir -p "$RUN_DIR"
+  log "installing chromium and chromium-driver for the browser test (apt-get, log: ${logf#"$ROOT"/})"
+  # The package lists may be missing or stale on a fresh machine: refresh them once if needed.
+  if ! _apt_install_browser >"$logf" 2>&1; then
+    { DEBIAN_FRONTEND=noninteractive apt-get update -qq && _apt_install_browser; } >>"$logf" 2>&1 \
+      || { tail -n 20 "$logf" >&2; warn "could not install chromium/chromium-driver; the browser test will fail"; return 0; }
+  fi
+  ok "chromium installed ($(chromium --version 2>/dev/null | head -n1))"
+}
+
+# Of chromium's recommended packages only the fonts: pages and screenshots need them, while
+# upower, udev or printer settings have no use in a headless test.
+_apt_install_browser() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    chromium chromium-driver fonts-liberation </dev/null
 }

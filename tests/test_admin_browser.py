@@ -1,0 +1,211 @@
+"""The admin in a real browser: headless Chromium, driven by Selenium through Debian's
+chromium-driver, against daphne serving the test database with the static files collected as in
+production (hashed names, served by WhiteNoise). It logs in, filters the task list and opens a
+task, and checks that the admin's stylesheet is applied, not only linked.
+
+`make test` installs chromium and chromium-driver when they are missing and it can (apt-get, as
+root). Without them this test fails and says so; AGENTSERVER_NO_BROWSER=1 skips it instead, on a
+machine known to have no browser. A screenshot of each page it checks goes to ARTIFACTS_DIR
+(default test-artifacts/, git-ignored)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from tests.conftest import ROOT, _free_port, _wait_for, daphne_command, serves, user_message
+from tests.test_static import collect_static
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+NO_BROWSER = "AGENTSERVER_NO_BROWSER"
+ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR") or ROOT / "test-artifacts")
+PASSWORD = "pw-for-browser-tests-only"
+# The admin's --header-bg (django/contrib/admin/static/admin/css/base.css), in the light scheme
+# headless Chromium uses; with no stylesheet the header would be transparent.
+ADMIN_HEADER_BG = "rgb(65, 118, 144)"
+HASHED_BASE_CSS = re.compile(r"/static/admin/css/base\.[0-9a-f]{12}\.css$")
+WAIT = 10  # seconds for any one page to show what is looked for
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str]:
+    """daphne with the production static settings, on the test database."""
+    from django.db import connection
+
+    db = connection.settings_dict
+    static_root = collect_static(tmp_path_factory.mktemp("staticfiles"))
+    logs = tmp_path_factory.mktemp("browser-server")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "DATABASE_URL": (
+            f"postgres://{db['USER'] or 'postgres'}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        ),
+        "STATIC_FROM_APPS": "0",
+        "STATIC_ROOT": str(static_root),
+        "PYTHONUNBUFFERED": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", *daphne_command(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=open(logs / "web.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: serves(url), 30, "daphne", logs)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    if os.environ.get(NO_BROWSER) == "1":
+        pytest.skip(f"{NO_BROWSER}=1: no browser on this machine")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    chromedriver = shutil.which("chromedriver")
+    if not (chromium and chromedriver):
+        pytest.fail(
+            "the admin browser test needs Chromium and ChromeDriver on PATH "
+            f"(found chromium={chromium}, chromedriver={chromedriver}). `make test` installs them when it "
+            "runs as root with apt-get; otherwise: apt-get install chromium chromium-driver. "
+            f"On a machine that cannot have them, set {NO_BROWSER}=1 to skip this test.",
+            pytrace=False,
+        )
+    from selenium import webdriver
+    from selenium.common.exceptions import WebDriverException
+
+    profile = tempfile.mkdtemp(prefix="agentserver-chromium-")
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # root on CI machines
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        f"--user-data-dir={profile}",
+        # Nothing but the test's server: no update checks, sync, QUIC probes or lookups.
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-default-apps",
+        "--disable-features=MediaRouter,OptimizationHints,Translate",
+    ):
+        options.add_argument(arg)
+    # Both paths given: Selenium Manager (which would look for drivers online) never runs.
+    service = webdriver.ChromeService(executable_path=chromedriver)
+    try:
+        driver = webdriver.Chrome(options=options, service=service)
+    except WebDriverException as error:
+        pytest.fail(
+            f"could not start headless Chromium ({chromium}) through {chromedriver}: {error.msg}\n"
+            f"Set {NO_BROWSER}=1 to skip this test on a machine that cannot run a browser.",
+            pytrace=False,
+        )
+    driver.set_page_load_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def screenshot(driver, name: str) -> Path:
+    """The whole page, not only what the window shows, as ARTIFACTS/<name>.png."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    width, height = driver.get_window_size()["width"], driver.get_window_size()["height"]
+    page_height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(width, min(max(page_height + 100, height), 8000))
+    try:
+        assert driver.save_screenshot(str(path)), f"no screenshot saved to {path}"
+    finally:
+        driver.set_window_size(width, height)
+    return path
+
+
+def assert_styled(driver) -> None:
+    """The admin's stylesheet, linked by its hashed name, is what the page looks like."""
+    hrefs = [link.get_attribute("href") for link in driver.find_elements("css selector", "link[rel=stylesheet]")]
+    assert any(HASHED_BASE_CSS.search(href) for href in hrefs), hrefs
+    loaded = driver.execute_script(
+        "return [...document.styleSheets].filter(s => s.href && s.href.includes('/static/admin/css/base.'))"
+        ".map(s => s.cssRules.length)"
+    )
+    assert loaded and loaded[0] > 0, f"base.css did not load: {loaded}"
+    header_bg = driver.execute_script("return getComputedStyle(document.getElementById('header')).backgroundColor")
+    assert header_bg == ADMIN_HEADER_BG, f"the admin header is {header_bg}, not the admin's {ADMIN_HEADER_BG}"
+
+
+def test_a_superuser_logs_in_filters_the_tasks_and_reads_one_in_a_styled_admin(
+    server, browser, rpc, echo_agent, conformance_agent, alice_key
+):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    get_user_model().objects.create_superuser("browser-root", "root@example.com", PASSWORD)
+    asking = rpc(
+        "/agents/acme/conformance/",
+        "SendMessage",
+        {"message": user_message("Which colour for the kitchen?", messageId=f"tck-input-required-{uuid.uuid4()}")},
+        key=alice_key,
+    ).result["task"]
+    assert asking["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    done = [rpc.send("/agents/acme/echo/", f"paint wall {n}", key=alice_key).result["task"] for n in (1, 2)]
+    assert all(task["status"]["state"] == "TASK_STATE_COMPLETED" for task in done)
+    wait = WebDriverWait(browser, WAIT)
+
+    # Logging in: /admin/ sends an anonymous visitor to the login form, itself styled.
+    browser.get(f"{server}/admin/")
+    wait.until(ec.presence_of_element_located((By.ID, "id_username")))
+    assert_styled(browser)
+    browser.find_element(By.ID, "id_username").send_keys("browser-root")
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+    wait.until(ec.presence_of_element_located((By.ID, "user-tools")))
+    assert_styled(browser)
+
+    # The task list, every task in it; then only those waiting for input.
+    browser.get(f"{server}/admin/tasks_app/task/")
+    wait.until(ec.presence_of_element_located((By.ID, "result_list")))
+    listed = browser.find_element(By.ID, "result_list").text
+    assert all(task["id"] in listed for task in [asking, *done]), listed
+    assert_styled(browser)
+    browser.find_element(By.CSS_SELECTOR, "#changelist-filter a[href*='state__exact=input-required']").click()
+    wait.until(ec.url_contains("state__exact=input-required"))
+    filtered = browser.find_element(By.ID, "result_list").text
+    assert asking["id"] in filtered and not any(task["id"] in filtered for task in done), filtered
+    screenshot(browser, "admin-task-list-filtered")
+
+    # The task's page: its id, what the user asked and what the agent answered.
+    browser.find_element(By.CSS_SELECTOR, f"#result_list a[href*='/{asking['id']}/change/']").click()
+    wait.until(ec.url_contains(f"/admin/tasks_app/task/{asking['id']}/change/"))
+    wait.until(ec.presence_of_element_located((By.ID, "content")))
+    page = browser.find_element(By.TAG_NAME, "body").text
+    assert asking["id"] in page
+    assert "Which colour for the kitchen?" in page and "Please provide more input" in page, page
+    assert_styled(browser)
+    shot = screenshot(browser, "admin-task-detail")
+    assert shot.stat().st_size > 10_000  # a page, not a blank
