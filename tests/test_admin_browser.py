@@ -159,7 +159,7 @@ def assert_styled(driver) -> None:
 
 
 def test_a_superuser_logs_in_filters_the_tasks_and_reads_one_in_a_styled_admin(
-    server, browser, rpc, echo_agent, conformance_agent, alice_key
+    browser, server, rpc, echo_agent, conformance_agent, alice_key
 ):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
