@@ -23,6 +23,7 @@ from django.contrib.admin.views.main import ChangeList
 from django.core.paginator import Paginator
 from django.db import connection, connections
 from django.db.models import Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -212,7 +213,11 @@ def matching_task_ids(term: str, vendor: str, tenant_ids: list[int] | None = Non
             params.append(tenant_ids)
     with connection.cursor() as cursor:
         cursor.execute(" UNION ".join(branches), params)
-        return Q(pk__in=[row[0] for row in cursor.fetchall()])
+        ids = [row[0] for row in cursor.fetchall()]
+    # As a set to join, not a list to test each row against: given `id IN (<list>)`, the
+    # planner walks the whole list index in order hoping for an early page (110 ms for a
+    # thousand tasks of a million); from the set it reads them by key and sorts (1-8 ms).
+    return Q(pk__in=RawSQL("SELECT unnest(%s::uuid[])", [ids]))
 
 
 def _as_uuid(term: str) -> uuid.UUID | None:
