@@ -3,6 +3,7 @@ order and count, and what it costs. The benchmark on a million tasks: bench/admi
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -280,3 +281,44 @@ def test_a_member_lists_searches_and_filters_only_their_tenants_tasks(rpc, echo_
     assert str(theirs.pk) not in _listed(browser, f"?tenant__id__exact={globex.pk}")
     page = browser.get(LIST).content.decode()
     assert "globex" not in page
+
+
+# --- the migration -----------------------------------------------------------------------
+
+
+def test_migration_0010_counts_the_messages_and_artifacts_of_the_tasks_there_are(monkeypatch):
+    from django.db.migrations.executor import MigrationExecutor
+
+    before = [("tasks_app", "0009_tenant_limits")]
+    after = [("tasks_app", "0010_task_counters_and_list_indexes")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    tenant = old.get_model("accounts", "Tenant").objects.create(slug="old", name="Old")
+    agent = old.get_model("accounts", "Agent").objects.create(
+        tenant=tenant, slug="a", name="A", description="d", executor="echo"
+    )
+    tasks = [
+        old.get_model("tasks_app", "Task").objects.create(
+            tenant=tenant, agent=agent, owner="p", context_id="c", dialect="a2a/1.0", status_timestamp=timezone.now()
+        )
+        for _ in range(5)
+    ]
+    for n, task in enumerate(tasks):
+        for i in range(n):
+            old.get_model("tasks_app", "Message").objects.create(
+                task=task, message_id=f"m{i}", context_id="c", role="user", parts=[{"type": "text", "text": "hi"}]
+            )
+        if n % 2:
+            old.get_model("tasks_app", "Artifact").objects.create(task=task, artifact_id="x", parts=[])
+    # batches of two: the fill goes on past its first batch
+    monkeypatch.setattr(importlib.import_module("tasks_app.migrations.0010_task_counters_and_list_indexes"), "BATCH", 2)
+    try:
+        executor = MigrationExecutor(connection)
+        executor.migrate(after)
+        new = executor.loader.project_state(after).apps.get_model("tasks_app", "Task")
+        counted = {t.pk: (t.message_count, t.artifact_count) for t in new.objects.all()}
+        assert counted == {t.pk: (n, n % 2) for n, t in enumerate(tasks)}
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
