@@ -280,8 +280,9 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
         sets.append("message_count = message_count + 1")
     if artifact is not None:
         # The task's count of artifacts grows when this one is new: the subquery reads the
-        # artifacts as they were before the statement (the INSERT below is not yet seen), and
-        # the writes of a run to its task are serialised by the row lock this UPDATE takes.
+        # artifacts as they were when the statement began (the INSERT below is not seen).
+        # A run writes its task's artifacts one after another; two statements racing to make
+        # the same new artifact of one task would both count it (the admin's figure only).
         sets.append(
             f"artifact_count = artifact_count + (NOT EXISTS (SELECT 1 FROM {A} a "
             "WHERE a.task_id = %(task_id)s AND a.artifact_id = %(artifact_id)s))::int"
