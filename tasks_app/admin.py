@@ -5,6 +5,7 @@ from django.contrib import admin
 
 from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin, TenantScopedTabularInline
 
+from .admin_list import TaskList
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 
 
@@ -43,14 +44,10 @@ class TaskEventInline(_TaskRows):
 
 
 @admin.register(Task)
-class TaskAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
+class TaskAdmin(TaskList, ReadOnlyForEveryone, TenantScopedAdmin):  # type: ignore[misc]  # plain class attributes
+    """The list (columns, filters, search, order, count) comes from `admin_list.TaskList`."""
+
     tenant_field = "tenant"
-    list_display = ("id", "agent", "owner", "state", "dialect", "status_timestamp", "context_id")
-    list_filter = ("state", "dialect", "tenant", "agent")
-    list_select_related = ("agent", "agent__tenant")
-    search_fields = ("=id", "=context_id", "owner")
-    ordering = ("-status_timestamp",)
-    show_facets = admin.ShowFacets.NEVER
     raw_id_fields = ("tenant", "agent", "status_message")
     readonly_fields = [f.name for f in Task._meta.fields]
     inlines = (StatusChangeInline, MessageInline, ArtifactInline, TaskEventInline)

@@ -51,6 +51,10 @@ class Task(models.Model):
     run_claimed_at = models.DateTimeField(null=True, blank=True)
     # How often this run was given again after its worker was lost (services.sweep_stuck_work).
     run_retries = models.PositiveSmallIntegerField(default=0, db_default=0)
+    # Kept by the statements that store messages and artifacts (sql.NEW_TASK, sql.run_write,
+    # services), so the admin's task list shows them without a query per row.
+    message_count = models.PositiveIntegerField(default=0, db_default=0)
+    artifact_count = models.PositiveIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -82,6 +86,12 @@ class Task(models.Model):
             models.Index(fields=["agent", "owner", "-status_timestamp", "-id"], name="tasks_task_list"),
             # ListTasks filtered by contextId.
             models.Index(fields=["agent", "owner", "context_id", "-status_timestamp"], name="tasks_task_list_ctx"),
+            # The admin's task list: every task newest change first, a tenant's (members, the
+            # tenant filter) and one state's the same way, and the search by context id.
+            models.Index(fields=["-status_timestamp", "-id"], name="tasks_task_recent"),
+            models.Index(fields=["tenant", "-status_timestamp", "-id"], name="tasks_task_tenant_recent"),
+            models.Index(fields=["state", "-status_timestamp", "-id"], name="tasks_task_state_recent"),
+            models.Index(fields=["context_id"], name="tasks_task_context"),
             # The sweeper: committed work that no worker has claimed yet.
             models.Index(
                 fields=["run_requested_at"],
@@ -102,6 +112,11 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.state})"
+
+
+# The words of a message's text parts, as Postgres indexes them (migration 0010) and the
+# admin's search matches them: the search must write the very expression of the index.
+MESSAGE_TSVECTOR = "to_tsvector('simple'::regconfig, jsonb_path_query_array(parts, '$[*].text'))"
 
 
 class Message(models.Model):
@@ -127,6 +142,9 @@ class Message(models.Model):
         indexes = [
             # History of a task in order (the pk is monotonic per insert).
             models.Index(fields=["task", "id"], name="tasks_message_history"),
+            # The admin's search by message id. (Its full-text search of the text parts has a
+            # GIN index on Postgres only, made by migration 0010: see MESSAGE_TEXT_SEARCH.)
+            models.Index(fields=["message_id"], name="tasks_message_message_id"),
         ]
 
     def __str__(self) -> str:

@@ -219,6 +219,7 @@ def message_receive(
         metadata=metadata or {},
         accepted_output_modes=accepted_output_modes or [],
         last_seq=1,
+        message_count=1,
         created_at=now,
         updated_at=now,
     )
@@ -262,6 +263,7 @@ def _follow_up_receive(
     # The follow-up makes the task active again: it counts against the cap like a new task.
     _room_check(tenant_id=task.tenant_id, caps=caps)
     stored = _message_store(task=task, message=message, context_id=task.context_id)
+    task.message_count += 1
     task.accepted_output_modes = accepted_output_modes or []
     _run_request(task, now)
     _set_status(task=task, state=TaskState.SUBMITTED, message=None, at=now)
@@ -420,6 +422,8 @@ def _locked_for_run(task_id: Any, run_token: Any) -> Task:
 
 
 def _agent_message(task: Task, content: list[Part], metadata: dict[str, Any] | None = None) -> Message:
+    """Store an agent message of a locked task (the caller saves the task's `message_count`)."""
+    task.message_count += 1
     return Message.objects.create(
         task=task,
         message_id=str(uuid.uuid4()),
@@ -489,7 +493,8 @@ def task_transition(
         stored = _agent_message(task, parts) if parts else None
         _set_status(task=task, state=state, message=stored, at=now, reason=reason)
         task.failure = failure
-        task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"])
+        fields = ["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"]
+        task.save(update_fields=[*fields, "message_count", "artifact_count"])
         _after_commit(task)
 
 
@@ -505,7 +510,8 @@ def task_reply(*, task_id: Any, parts: list[Part], run_token: Any = None, metada
         task.reply_only = Message.objects.filter(task=task, role=Role.USER)[:2].count() == 1
         _event_append(task=task, kind=EventKind.MESSAGE, payload={"message": message_view(message).as_payload()})
         _set_status(task=task, state=TaskState.COMPLETED, message=message, at=now)
-        task.save(update_fields=["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"])
+        fields = ["state", "status_message", "status_timestamp", "last_seq", "reply_only", "updated_at"]
+        task.save(update_fields=[*fields, "message_count"])
         _after_commit(task)
 
 
@@ -544,7 +550,7 @@ def artifact_append(
     with transaction.atomic():
         task = _locked_for_run(task_id, run_token)
         _artifact_store(task, artifact)
-        task.save(update_fields=["last_seq", "updated_at"])
+        task.save(update_fields=["last_seq", "artifact_count", "updated_at"])
         _after_commit(task)
     return artifact.artifact_id
 
@@ -579,7 +585,8 @@ def _artifact_params(artifact: NewArtifact) -> dict[str, Any]:
 
 
 def _artifact_store(task: Task, artifact: NewArtifact) -> None:
-    """Store an artifact (or a chunk) and its event on a locked task (the caller saves the task)."""
+    """Store an artifact (or a chunk) and its event on a locked task (the caller saves the task,
+    `last_seq` and `artifact_count`)."""
     stored = None
     if artifact.append:
         stored = Artifact.objects.filter(task=task, artifact_id=artifact.artifact_id).first()
@@ -588,6 +595,9 @@ def _artifact_store(task: Task, artifact: NewArtifact) -> None:
             stored.complete = artifact.last_chunk
             stored.save(update_fields=["parts", "complete", "updated_at"])
     if stored is None:
+        # A new one counts; one replaced (same id) does not.
+        if artifact.append or not Artifact.objects.filter(task=task, artifact_id=artifact.artifact_id).exists():
+            task.artifact_count += 1
         # A whole artifact (or the first chunk) is (re)placed in one INSERT … ON CONFLICT.
         stored = Artifact(
             task=task,

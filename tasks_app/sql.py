@@ -277,6 +277,16 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
     if move and message:
         # The message's id is drawn first so that the task row can point at it.
         ctes.append(f"new_message AS MATERIALIZED (SELECT nextval(pg_get_serial_sequence('{M}', 'id')) AS id)")
+        sets.append("message_count = message_count + 1")
+    if artifact is not None:
+        # The task's count of artifacts grows when this one is new: the subquery reads the
+        # artifacts as they were when the statement began (the INSERT below is not seen).
+        # A run writes its task's artifacts one after another; two statements racing to make
+        # the same new artifact of one task would both count it (the admin's figure only).
+        sets.append(
+            f"artifact_count = artifact_count + (NOT EXISTS (SELECT 1 FROM {A} a "
+            "WHERE a.task_id = %(task_id)s AND a.artifact_id = %(artifact_id)s))::int"
+        )
     if move:
         status_message = "(SELECT id FROM new_message)" if message else "NULL"
         sets[:0] = [
