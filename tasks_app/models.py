@@ -98,6 +98,10 @@ class Task(models.Model):
                 condition=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_claimed_at__isnull=False),
                 name="tasks_task_running",
             ),
+            # The admin's overview (selectors.tasks_overview): counts by state and by agent of
+            # the last hour and day, as index-only range scans of the newest entries. One more
+            # entry written per status change (status_timestamp moves): the price of no scan.
+            models.Index(fields=["status_timestamp"], include=["tenant", "state", "agent"], name="tasks_task_recent"),
         ]
 
     def __str__(self) -> str:
