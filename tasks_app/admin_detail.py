@@ -39,7 +39,7 @@ from django.utils import timezone
 from django.utils.http import content_disposition_header
 
 from accounts.admin_scoping import is_superuser, tenant_ids_with
-from accounts.models import Role
+from accounts.models import Agent, Role
 
 from . import encoders, selectors, services
 from .errors import TaskNotCancelable, TaskNotFound
@@ -308,6 +308,7 @@ class TaskDetailAdmin:
         task = self._visible_task(request, object_id)
         if request.method not in ("GET", "HEAD"):
             raise PermissionDenied  # nobody edits history in the admin
+        task.agent = Agent.objects.select_related("tenant").get(pk=task.agent_id)  # one query, not two
         try:
             page = int(request.GET.get("timeline_page", "1"))
         except ValueError:

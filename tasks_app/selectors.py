@@ -411,7 +411,7 @@ def tasks_overview(
     counts = (
         _in_tenants(Task.objects.filter(status_timestamp__gte=day), tenant_ids)
         .values("state")
-        .annotate(day=Count("*"), hour=Count("*", filter=Q(status_timestamp__gte=hour)))
+        .annotate(day=Count("*"), hour=Count("status_timestamp", filter=Q(status_timestamp__gte=hour)))
         .order_by()
     )
     by_state = sorted((row["state"], row["hour"], row["day"]) for row in counts)
