@@ -196,7 +196,7 @@ def _dialect_encoding(task: Task) -> tuple[Any, str]:
                 for m in view.history
             ],
         }, f"its status, artifacts and history as {task.get_dialect_display()} encodes them in its events"
-    except LookupError:
+    except (LookupError, ValueError, TypeError):  # no encoder, or a payload it cannot read
         return {
             "status": status,
             "artifacts": [a.as_payload() for a in view.artifacts],

@@ -463,3 +463,17 @@ def test_a_cancel_from_the_admin_stops_the_running_writer_and_ends_its_streams(l
     last = TaskEvent.objects.filter(task=task).order_by("-seq").first()
     assert last.payload["state"] == TaskState.CANCELED and last.seq == task.last_seq
     assert logged(task, "operator", "Canceled: enough snails")
+
+
+def test_the_raw_json_is_the_dialects_own_task_encoding_once_it_registers_one(bag, runs, monkeypatch):
+    from protocols.dialects.a2a_v1 import codec
+    from tasks_app import encoders
+
+    task = task_in(TaskState.COMPLETED, bag)
+    root = browser_for("root", superuser=True)
+    assert "as A2A 1.0 encodes them in its events" in root.get(page_url(task)).content.decode()
+    monkeypatch.setitem(encoders._task_encoders, "a2a/1.0", codec.encode_task)
+    html = root.get(page_url(task)).content.decode()
+    assert "Raw JSON: as A2A 1.0 returns it" in html and "&quot;contextId&quot;" in html
+    document = json.loads(root.post(page_url(task, "export/")).content)
+    assert document["task"]["id"] == str(task.pk) and document["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
