@@ -117,7 +117,7 @@ def stamp(value: datetime | None) -> str:
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
 def _byte_size(b64: str) -> int | None:
@@ -316,8 +316,12 @@ class TaskDetailAdmin:
         timeline = selectors.task_timeline(task, page=page, per_page=self.timeline_page_size)
         tenant_ids = None if is_superuser(request) else tenant_ids_with(request, Role.VIEWER)
         related = selectors.task_related(task, tenant_ids=tenant_ids)
-        encoded, encoded_as = _dialect_encoding(task)
-        raw = pretty(encoded)
+        # A task of more than one timeline page is not read whole for the page: the export has it.
+        if task.last_seq <= self.timeline_page_size:
+            encoded, encoded_as = _dialect_encoding(task)
+            raw = pretty(encoded)
+        else:
+            encoded_as, raw = "", ""
         sections = [s for s in (section(request, task) for section in _task_sections) if s is not None]
         context = {
             **self.admin_site.each_context(request),
@@ -339,7 +343,7 @@ class TaskDetailAdmin:
             "referenced_tasks": [(r, self._url("change", r.pk)) for r in related if r.referenced],
             "raw_json": raw if len(raw) <= RAW_JSON_INLINE_LIMIT else "",
             "raw_json_size": len(raw),
-            "raw_json_as": encoded_as,
+            "raw_json_as": encoded_as or "the task as its dialect encodes it",
             "sections": sections,
             "may_act": self.may_act(request, task),
             "may_cancel": task.state not in TERMINAL,
@@ -357,7 +361,7 @@ class TaskDetailAdmin:
     def _task_fields(self, task: Task) -> list[tuple[str, Any]]:
         return [
             ("id", task.pk),
-            ("tenant", task.tenant_id),
+            ("tenant", task.agent.tenant),
             ("agent", task.agent),
             ("owner", task.owner),
             ("dialect", task.get_dialect_display()),

@@ -268,6 +268,7 @@ def test_a_large_timeline_is_paged_by_seq_with_its_messages(bag, runs, tenant, m
         and '<td class="seq">20</td>' in second
         and '<td class="seq">21</td>' not in second
     )
+    assert "is not read whole here; export the task" in first  # nor its raw JSON: four pages of it
     last = browser.get(page_url(task) + "?timeline_page=99").content.decode()
     assert "page 4 of 4" in last and '<td class="seq">32</td>' in last
     assert browser.get(page_url(task) + "?timeline_page=x").status_code == 200
