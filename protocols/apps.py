@@ -14,3 +14,4 @@ class ProtocolsConfig(AppConfig):
 
         for dialect in DIALECTS:
             encoders.register(dialect.name, dialect.encode_event)
+            encoders.register_task(dialect.name, dialect.encode_task)

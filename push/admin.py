@@ -1,13 +1,21 @@
 """Members follow their tenants' deliveries and attempts; operators and owners revive dead
 ones. Everything is read-only here; secrets (credentials, tokens, private keys) are never shown."""
 
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
 from django.contrib import admin, messages
+from django.db.models import Q
+from django.http import HttpRequest
+from django.urls import reverse
 
 from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin, TenantScopedTabularInline, is_superuser
 from accounts.models import Role
+from tasks_app import admin_detail
 
 from . import services
-from .models import DeliveryState, PushAttempt, PushConfig, PushDelivery, SigningKey
+from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery, SigningKey
 
 
 class PushAttemptInline(ReadOnlyForEveryone, TenantScopedTabularInline):
@@ -122,3 +130,133 @@ class SigningKeyAdmin(ReadOnlyForEveryone, admin.ModelAdmin):
     ordering = ("-signs_from",)
     fields = ("kid", "public_jwk", "created_at", "signs_from", "signs_until", "unpublish_at")
     readonly_fields = fields
+
+
+# --- push on the task page and the overview (tasks_app.admin_detail) -----------------------
+
+_TASK_PAGE_DELIVERIES = 100
+
+
+@admin_detail.add_task_section
+def _task_push_section(request: HttpRequest, task) -> admin_detail.Section | None:
+    """The task's push configs, its newest deliveries and their attempts: three queries
+    (configs by task; deliveries by config, the unique (config, seq) index; attempts by
+    delivery, push_attempt_per_delivery), however many events the task has."""
+    configs = list(PushConfig.objects.filter(task_id=task.pk).order_by("id"))
+    if not configs:
+        return None
+    by_pk = {c.pk: c for c in configs}
+    deliveries = list(
+        PushDelivery.objects.filter(config_id__in=list(by_pk)).order_by("-seq", "-id")[:_TASK_PAGE_DELIVERIES]
+    )
+    attempts = list(
+        PushAttempt.objects.filter(delivery_id__in=[d.pk for d in deliveries]).order_by("delivery_id", "id")
+    )
+    delivery_url = "admin:push_pushdelivery_change"
+    config_rows = [
+        [
+            (c.config_id, reverse("admin:push_pushconfig_change", args=[c.pk])),
+            c.url,
+            c.auth_scheme or "",
+            "yes" if c.credentials_sealed or c.token_sealed else "no",  # never the secrets themselves
+            c.status,
+            c.delivered_seq,
+            admin_detail.stamp(c.next_attempt_at),
+            admin_detail.stamp(c.deleted_at),
+        ]
+        for c in configs
+    ]
+    delivery_rows = [
+        [
+            (f"{task.pk}:{d.seq}", reverse(delivery_url, args=[d.pk])),
+            by_pk[d.config_id].config_id,
+            d.state,
+            d.attempts,
+            d.last_status_code or "",
+            d.last_error[:200],
+            admin_detail.stamp(d.created_at),
+            admin_detail.stamp(d.delivered_at),
+        ]
+        for d in deliveries
+    ]
+    seqs = {d.pk: d.seq for d in deliveries}
+    attempt_rows = [
+        [
+            seqs[a.delivery_id],
+            admin_detail.stamp(a.started_at),
+            a.status_code or "no answer",
+            f"{a.latency_ms} ms",
+            a.error[:200],
+        ]
+        for a in attempts
+    ]
+    changelist = reverse("admin:push_pushdelivery_changelist")
+    return admin_detail.Section(
+        title="Push notifications",
+        tables=[
+            admin_detail.Table(
+                ["config", "url", "auth scheme", "credentials", "status", "delivered seq", "next attempt", "deleted"],
+                config_rows,
+            ),
+            admin_detail.Table(
+                ["event", "config", "state", "attempts", "last response", "last error", "created", "delivered"],
+                delivery_rows,
+                caption=f"Deliveries (the newest {_TASK_PAGE_DELIVERIES})",
+            ),
+            admin_detail.Table(
+                ["event seq", "started", "response", "latency", "error"], attempt_rows, caption="Their attempts"
+            ),
+        ],
+        links=[
+            ("All deliveries of this task", f"{changelist}?q={task.pk}"),
+            ("Its dead deliveries, to retry them", f"{changelist}?q={task.pk}&state__exact={DeliveryState.DEAD}"),
+        ],
+    )
+
+
+@admin_detail.add_overview_section
+def _failing_endpoints_section(
+    request: HttpRequest, tenant_ids: list[int] | None, now: datetime
+) -> admin_detail.Section | None:
+    """Endpoints whose deliveries of the last day died or are failing, by URL host. One query on
+    push_delivery_by_state (state, -created_at): the dead and pending deliveries of the last
+    day, joined to their configs (and tasks, for the tenant) by primary key."""
+    since = now - timedelta(days=1)
+    rows = PushDelivery.objects.filter(state__in=[DeliveryState.DEAD, DeliveryState.PENDING], created_at__gte=since)
+    rows = rows.filter(Q(state=DeliveryState.DEAD) | Q(attempts__gt=0))
+    if tenant_ids is not None:
+        rows = rows.filter(config__task__tenant_id__in=tenant_ids)
+    hosts: dict[str, dict[str, Any]] = {}
+    for state, config_pk, url, code, config_status in rows.order_by("-created_at").values_list(
+        "state", "config_id", "config__url", "last_status_code", "config__status"
+    )[:5000]:
+        host = urlsplit(url).hostname or url
+        entry = hosts.setdefault(host, {"dead": 0, "failing": 0, "configs": set(), "dead_configs": set(), "codes": {}})
+        entry["dead" if state == DeliveryState.DEAD else "failing"] += 1
+        entry["configs"].add(config_pk)
+        if config_status == ConfigStatus.DEAD:
+            entry["dead_configs"].add(config_pk)
+        if code:
+            entry["codes"][code] = entry["codes"].get(code, 0) + 1
+    ordered = sorted(hosts.items(), key=lambda item: (-item[1]["dead"], -item[1]["failing"], item[0]))
+    changelist = reverse("admin:push_pushdelivery_changelist")
+    return admin_detail.Section(
+        title="Failing push endpoints (last day)",
+        tables=[
+            admin_detail.Table(
+                ["host", "dead deliveries", "failing (pending, retried)", "configs", "configs stopped", "responses"],
+                [
+                    [
+                        host,
+                        e["dead"],
+                        e["failing"],
+                        len(e["configs"]),
+                        len(e["dead_configs"]),
+                        ", ".join(f"{code}: {n}" for code, n in sorted(e["codes"].items())),
+                    ]
+                    for host, e in ordered[:50]
+                ],
+            )
+        ],
+        links=[("Dead deliveries, to retry them", f"{changelist}?state__exact={DeliveryState.DEAD}")],
+    )

@@ -25,3 +25,23 @@ def encode_event(dialect: str, task_id: str, context_id: str, kind: str, payload
     except KeyError:
         raise LookupError(f"no event encoder for the dialect {dialect!r}") from None
     return encoder(task_id, context_id, kind, payload)
+
+
+# (the task as selectors.task_view reads it) -> the JSON its dialect returns for it (GetTask)
+TaskEncoder = Callable[[Any], dict[str, Any]]
+
+_task_encoders: dict[str, TaskEncoder] = {}
+
+
+def register_task(dialect: str, encoder: TaskEncoder) -> None:
+    _task_encoders[dialect] = encoder
+
+
+def encode_task(dialect: str, view: Any) -> dict[str, Any]:
+    """The task as its dialect returns it; LookupError for a dialect that registered none
+    (the admin then shows it as the dialect's events encode it)."""
+    try:
+        encoder = _task_encoders[dialect]
+    except KeyError:
+        raise LookupError(f"no task encoder for the dialect {dialect!r}") from None
+    return encoder(view)

@@ -88,7 +88,11 @@ class Task(models.Model):
             models.Index(fields=["agent", "owner", "context_id", "-status_timestamp"], name="tasks_task_list_ctx"),
             # The admin's task list: every task newest change first, a tenant's (members, the
             # tenant filter) and one state's the same way, and the search by context id.
-            models.Index(fields=["-status_timestamp", "-id"], name="tasks_task_recent"),
+            # It carries tenant, state and agent too: the admin's overview (selectors.tasks_overview)
+            # counts the last hour's and day's tasks by state and agent as index-only range scans.
+            models.Index(
+                fields=["-status_timestamp", "-id"], include=["tenant", "state", "agent"], name="tasks_task_recent"
+            ),
             models.Index(fields=["tenant", "-status_timestamp", "-id"], name="tasks_task_tenant_recent"),
             models.Index(fields=["state", "-status_timestamp", "-id"], name="tasks_task_state_recent"),
             models.Index(fields=["context_id"], name="tasks_task_context"),

@@ -8,11 +8,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from contextlib import nullcontext
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 
 from accounts.models import Agent
 from accounts.selectors import Principal
@@ -20,6 +20,7 @@ from accounts.selectors import Principal
 from . import sql
 from .domain import ArtifactView, MessageView, TaskView, parse_task_id
 from .errors import InvalidParams
+from .lifecycle import Role, TaskState
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 
 
@@ -277,3 +278,177 @@ def task_snapshot(
     with transaction.atomic() if not sql.available() else nullcontext():
         found = task_with_view(task_id, history_length=history_length, agent=agent, principal=principal)
     return None if found is None else (found[1], found[0].last_seq)
+
+
+# --- the admin's task page and overview --------------------------------------------------
+# Reads for members of tenants (tasks_app.admin_detail). `tenant_ids` scopes each to the tenants
+# a member may see; None (a superuser) is every tenant.
+
+
+def _in_tenants(queryset: Any, tenant_ids: list[int] | None, field: str = "tenant_id") -> Any:
+    return queryset if tenant_ids is None else queryset.filter(**{f"{field}__in": tenant_ids})
+
+
+class TimelineEvent(NamedTuple):
+    seq: int
+    kind: str
+    payload: dict[str, Any]
+    created_at: datetime
+
+
+class Timeline(NamedTuple):
+    """One page of a task's timeline: its events (seq order) and the user messages that came
+    with them, each list in order; `page`/`pages` of `per_page` events."""
+
+    events: list[TimelineEvent]
+    messages: list[Message]
+    page: int
+    pages: int
+
+
+def task_timeline(task: Task, *, page: int = 1, per_page: int = 200) -> Timeline:
+    """A page of the task's event log and the user messages of that stretch: two queries
+    whatever the page holds. Events are paged by seq (dense from 1 to `last_seq`, so no count);
+    agent messages are in their events already (a status message, a reply), user messages are
+    not: each goes with the page of the first event at or after it."""
+    pages = max(1, -(-task.last_seq // per_page))
+    page = min(max(1, page), pages)
+    low, high = (page - 1) * per_page + 1, page * per_page
+    # The (task, seq) unique index; the event before the page gives its messages' lower bound.
+    rows = list(
+        TaskEvent.objects.filter(task_id=task.pk, seq__gte=low - 1, seq__lte=high)
+        .order_by("seq")
+        .values_list("seq", "kind", "payload", "created_at")
+    )
+    events = [TimelineEvent(*row) for row in rows if row[0] >= low]
+    before = rows[0][3] if rows and rows[0][0] < low else None
+    messages = Message.objects.filter(task_id=task.pk, role=Role.USER)  # tasks_message_history: the task's rows
+    if before is not None:
+        messages = messages.filter(created_at__gt=before)
+    if page < pages and events:
+        messages = messages.filter(created_at__lte=events[-1].created_at)
+    return Timeline(events=events, messages=list(messages.order_by("id")), page=page, pages=pages)
+
+
+class RelatedTask(NamedTuple):
+    pk: uuid.UUID
+    state: str
+    status_timestamp: datetime
+    same_context: bool
+    referenced: bool
+
+
+def task_related(task: Task, *, tenant_ids: list[int] | None, limit: int = 100) -> list[RelatedTask]:
+    """The other tasks of the task's context (its agent's and owner's: tasks_task_list_ctx) and
+    the tasks its messages refer to (Message.reference_task_ids), of the given tenants only:
+    two queries. A referenced id that is not a task the member may see is left out."""
+    referenced: set[uuid.UUID] = set()
+    for ids in Message.objects.filter(task_id=task.pk).values_list("reference_task_ids", flat=True):
+        for value in ids if isinstance(ids, list) else []:
+            pk = parse_task_id(value) if isinstance(value, str) else None
+            if pk is not None and pk != task.pk:
+                referenced.add(pk)
+    same_context = Q(agent_id=task.agent_id, owner=task.owner, context_id=task.context_id)
+    rows = (
+        _in_tenants(Task.objects.filter(same_context | Q(pk__in=sorted(referenced))), tenant_ids)
+        .exclude(pk=task.pk)
+        .order_by("-status_timestamp")
+        .values_list("pk", "state", "status_timestamp", "agent_id", "owner", "context_id")[:limit]
+    )
+    return [
+        RelatedTask(
+            pk=pk,
+            state=state,
+            status_timestamp=ts,
+            same_context=(agent_id, owner, context_id) == (task.agent_id, task.owner, task.context_id),
+            referenced=pk in referenced,
+        )
+        for pk, state, ts, agent_id, owner, context_id in rows
+    ]
+
+
+def _parts_of_payload(kind: str, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    if kind == "artifact":
+        return list((payload.get("artifact") or {}).get("parts") or [])
+    message = payload.get("message") or {}
+    return list(message.get("parts") or [])
+
+
+def task_part(task: Task, *, source: str, ref: int, index: int) -> dict[str, Any] | None:
+    """One stored part of the task: of its event `ref` (by seq) or its message `ref` (by id)."""
+    if source == "event":
+        row = TaskEvent.objects.filter(task_id=task.pk, seq=ref).values_list("kind", "payload").first()
+        parts = _parts_of_payload(*row) if row else []
+    elif source == "message":
+        found = Message.objects.filter(task_id=task.pk, pk=ref).values_list("parts", flat=True).first()
+        parts = found if isinstance(found, list) else []
+    else:
+        return None
+    return parts[index] if 0 <= index < len(parts) and isinstance(parts[index], dict) else None
+
+
+def task_events_all(task: Task) -> list[TimelineEvent]:
+    """Every event of the task, in seq order (an export)."""
+    rows = TaskEvent.objects.filter(task_id=task.pk).order_by("seq").values_list("seq", "kind", "payload", "created_at")
+    return [TimelineEvent(*row) for row in rows]
+
+
+class Overview(NamedTuple):
+    by_state: list[tuple[str, int, int]]  # (state, last hour, last day)
+    busiest: list[tuple[Agent, int]]  # (agent, tasks whose status changed in the last hour)
+    stuck_claimed: list[tuple[uuid.UUID, str, datetime]]  # (task, state, claimed at)
+    stuck_unclaimed: list[tuple[uuid.UUID, str, datetime]]  # (task, state, requested at)
+
+
+def tasks_overview(
+    *, tenant_ids: list[int] | None, now: datetime, time_limit: int, unclaimed_after: int, limit: int = 50
+) -> Overview:
+    """What the admin's overview shows of tasks, each read on an index (never a scan of the
+    table): five queries, however many tasks there are."""
+    hour, day = now - timedelta(hours=1), now - timedelta(days=1)
+    # tasks_task_recent (-status_timestamp, -id INCLUDE tenant, state, agent): an index-only range
+    # scan over the last day's status changes, grouped by state.
+    counts = (
+        _in_tenants(Task.objects.filter(status_timestamp__gte=day), tenant_ids)
+        .values("state")
+        .annotate(day=Count("*"), hour=Count("status_timestamp", filter=Q(status_timestamp__gte=hour)))
+        .order_by()
+    )
+    by_state = sorted((row["state"], row["hour"], row["day"]) for row in counts)
+    # tasks_task_recent again, over the last hour, grouped by agent; then the agents by pk.
+    busiest_rows = list(
+        _in_tenants(Task.objects.filter(status_timestamp__gte=hour), tenant_ids)
+        .values("agent_id")
+        .annotate(n=Count("*"))
+        .order_by("-n", "agent_id")[:10]
+    )
+    agents = Agent.objects.select_related("tenant").in_bulk([row["agent_id"] for row in busiest_rows])
+    busiest = [(agents[row["agent_id"]], row["n"]) for row in busiest_rows if row["agent_id"] in agents]
+    # tasks_task_running (partial: active, claimed): the claimed runs older than the limit.
+    claimed = (
+        _in_tenants(
+            Task.objects.filter(
+                state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+                run_claimed_at__isnull=False,
+                run_claimed_at__lt=now - timedelta(seconds=time_limit),
+            ),
+            tenant_ids,
+        )
+        .order_by("run_claimed_at")
+        .values_list("pk", "state", "run_claimed_at")[:limit]
+    )
+    # tasks_task_unclaimed (partial: a run requested, none claimed): work no worker took.
+    unclaimed = (
+        _in_tenants(
+            Task.objects.filter(
+                run_token__isnull=False,
+                run_claimed_at__isnull=True,
+                run_requested_at__lt=now - timedelta(seconds=unclaimed_after),
+                state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+            ),
+            tenant_ids,
+        )
+        .order_by("run_requested_at")
+        .values_list("pk", "state", "run_requested_at")[:limit]
+    )
+    return Overview(by_state=by_state, busiest=busiest, stuck_claimed=list(claimed), stuck_unclaimed=list(unclaimed))

@@ -321,14 +321,29 @@ def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) ->
 
 def task_cancel(*, agent: Agent, principal: Principal, task_id: str, reason: str = "canceled by the client") -> Task:
     """Cancel at once in the store; a running executor notices on its next call or poll."""
-    now = timezone.now()
     with transaction.atomic():
-        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
-        if task.state in TERMINAL:
-            raise TaskNotCancelable(f"task {task.id} is already {task.state}")
-        _set_status(task=task, state=TaskState.CANCELED, message=None, at=now, reason=reason)
-        task.save()
-        _after_commit(task)
+        return _cancel_locked(task_lock_for_caller(agent=agent, principal=principal, task_id=task_id), reason)
+
+
+def task_cancel_as_operator(*, task_id: Any, reason: str) -> Task:
+    """An operator's cancel (the admin): the client's flow (`task_cancel`) on any task, not
+    only the caller's: the agent notices on its next call, stream subscribers and push
+    receivers hear the canceled status. TaskNotFound, or TaskNotCancelable once terminal."""
+    pk = parse_task_id(str(task_id))
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=pk).first() if pk is not None else None
+        if task is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return _cancel_locked(task, reason)
+
+
+def _cancel_locked(task: Task, reason: str) -> Task:
+    """Cancel a task whose row the caller holds locked, inside its transaction."""
+    if task.state in TERMINAL:
+        raise TaskNotCancelable(f"task {task.id} is already {task.state}")
+    _set_status(task=task, state=TaskState.CANCELED, message=None, at=timezone.now(), reason=reason)
+    task.save()
+    _after_commit(task)
     return task
 
 
@@ -684,6 +699,39 @@ def sweep_stuck_work(
         reason = "the worker running this task was lost" + (f" ({tried + 1} runs)" if tried else "")
         failed += run_fail(task_id=task_id, run_token=token, failure=Failure.WORKER_LOST, reason=reason)
     return unclaimed, failed
+
+
+def task_redispatch(*, task_id: Any, time_limit: int) -> uuid.UUID | None:
+    """An operator's re-dispatch of a task stuck past its time limit, as the sweeper
+    (`sweep_stuck_work`) would: a run no worker claimed is sent again with its token; a run
+    claimed longer than `time_limit` seconds ago (its worker lost) gets a fresh token by
+    `run_again`, beyond the sweeper's allowance of re-runs. The token sent, or None when the
+    task is not stuck (finished, waiting for input, or still within its time)."""
+    now = timezone.now()
+    pk = parse_task_id(str(task_id))
+    if pk is None:
+        return None
+    row = (
+        Task.objects.filter(pk=pk, state__in=ACTIVE_STATES, run_token__isnull=False)
+        .values_list("run_token", "run_claimed_at", "run_requested_at", "run_retries")
+        .first()
+    )
+    if row is None:
+        return None
+    token, claimed_at, requested_at, tried = row
+    if claimed_at is None:
+        # As the sweeper: touch run_requested_at (compare-and-set on the token, unclaimed).
+        touched = Task.objects.filter(
+            pk=pk, run_token=token, run_claimed_at__isnull=True, state__in=ACTIVE_STATES
+        ).update(run_requested_at=now)
+        fresh = token if touched else None
+    elif claimed_at < now - timedelta(seconds=time_limit):
+        fresh = run_again(task_id=pk, run_token=token, retries=tried + 1)
+    else:
+        return None
+    if fresh is not None:
+        transaction.on_commit(lambda: dispatch.enqueue_run(task_id=pk, run_token=fresh))
+    return fresh
 
 
 # --- The tenants' stored bytes ----------------------------------------------------------

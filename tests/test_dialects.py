@@ -47,6 +47,7 @@ def test_dialect(monkeypatch):
         versions=frozenset({"test"}),
         methods={"send": _send, "peek": _peek},
         encode_event=lambda *event: {"event": list(event)},
+        encode_task=lambda view: {"task": view.id},
         card=lambda agent, *, base_url: {},
     )
     monkeypatch.setattr(dialects, "DIALECTS", [*dialects.DIALECTS, dialect])

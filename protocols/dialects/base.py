@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks_app.encoders import EventEncoder
+from tasks_app.encoders import EventEncoder, TaskEncoder
 from tasks_app.errors import DomainError
 
 from .. import jsonrpc
@@ -22,5 +22,6 @@ class WireDialect:
     versions: frozenset[str]  # the A2A-Version values it answers ("" for none sent)
     methods: Mapping[str, Handler]
     encode_event: EventEncoder  # a stored event as its streams and push notifications carry it
+    encode_task: TaskEncoder  # a TaskView as its get-task method returns it (the admin shows it too)
     card: Callable[..., dict[str, Any]]  # (agent, *, base_url) -> its agent card
     error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response

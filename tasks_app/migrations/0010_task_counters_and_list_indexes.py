@@ -77,7 +77,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='task',
-            index=models.Index(fields=['-status_timestamp', '-id'], name='tasks_task_recent'),
+            index=models.Index(fields=['-status_timestamp', '-id'], include=['tenant', 'state', 'agent'], name='tasks_task_recent'),
         ),
         migrations.AddIndex(
             model_name='task',

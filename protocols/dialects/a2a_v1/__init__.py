@@ -12,5 +12,6 @@ DIALECT = WireDialect(
     versions=frozenset({"1.0", "1", "1.0.0", "1.0.1"}),
     methods=methods.METHODS,
     encode_event=codec.encode_event,
+    encode_task=codec.encode_task,
     card=agent_card,
 )
