@@ -36,3 +36,11 @@ from .settings import *  # noqa: E402,F403
 # WhiteNoise would warn at every test client's first request that STATIC_ROOT, never collected
 # into, does not exist.
 STATIC_ROOT = None
+
+# Hashing a password the production way costs about half a second here, and the admin tests
+# make and log in hundreds of users: tests hash fast. PBKDF2 stays listed for the servers the
+# tests start with the production settings (a user they log in is hashed with it explicitly).
+PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]

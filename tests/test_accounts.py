@@ -53,7 +53,7 @@ def test_a_key_made_without_a_principal_is_its_own_principal(rpc, echo_agent):
     key = run("create_api_key", "acme", "--name", "ci")
     stored = ApiKey.objects.get(name="ci")
     assert stored.principal == f"key:{stored.prefix}"
-    task = rpc.send(ECHO, key=key).result["task"]
+    task = rpc.send(ECHO, key=key, configuration={"returnImmediately": True}).result["task"]
     from tasks_app.models import Task
 
     assert Task.objects.get(pk=task["id"]).owner == f"key:{stored.prefix}"
