@@ -42,6 +42,8 @@ def pages() -> dict[str, str]:
     message = Message.objects.filter(task=typical).order_by("id").first()
     assert message is not None
     rare = message.parts[0]["text"].split()[-1]  # w<n>: a word of ~50 tasks' messages
+    huge = Task.objects.order_by("-last_seq").first()  # one of the tasks with thousands of events
+    assert huge is not None
     return {
         "list": LIST,
         "list, page 2": LIST + "?p=2",
@@ -56,6 +58,9 @@ def pages() -> dict[str, str]:
         f"search text (rare word {rare})": LIST + "?" + urlencode({"q": rare}),
         "search text (common word invoice)": LIST + "?" + urlencode({"q": "invoice"}),
         "task detail (typical task)": f"{LIST}{typical.pk}/change/",
+        f"task detail (huge task, {huge.last_seq} events)": f"{LIST}{huge.pk}/change/",
+        "task detail (huge task, timeline page 5)": f"{LIST}{huge.pk}/change/?timeline_page=5",
+        "overview": f"{LIST}overview/",
     }
 
 
