@@ -10,6 +10,7 @@ Two ways to exercise the server:
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -203,6 +204,43 @@ def make_agent(tenant, slug: str, executor: str, **fields):
     }
     defaults.update(fields)
     return agent_ensure(tenant=tenant, slug=slug, defaults=defaults)
+
+
+@pytest.fixture
+def auth_caches(settings):
+    """Agents and keys cached as in production: while this process hears of every change on
+    Redis, so that a change must be announced to take effect before the entry expires."""
+    import time
+
+    from accounts import changes
+    from accounts.selectors import caches_clear
+
+    settings.AUTH_CACHE_SECONDS = 60
+    caches_clear()
+    deadline = time.monotonic() + 5
+    while not changes.caches_usable():
+        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
+        time.sleep(0.01)
+    yield
+    caches_clear()
+
+
+def run_embedded(script: str, tmp_path: Path) -> Any:
+    """Run `script` in a fresh Python with the embedded mode's settings (SQLite in `tmp_path`)
+    and return the JSON of its last line of output."""
+    env = {
+        **os.environ,
+        "AGENTSERVER_EMBEDDED": "1",
+        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
+        "DB_THREADS": "0",
+        "LOG_LEVEL": "WARNING",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

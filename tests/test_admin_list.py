@@ -15,6 +15,8 @@ from django.db.models import F
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accounts.models import Role
 from accounts.services import member_add, tenant_ensure
@@ -322,3 +324,37 @@ def test_migration_0010_counts_the_messages_and_artifacts_of_the_tasks_there_are
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+# --- hostile query strings ---------------------------------------------------------------------
+
+_odd_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.sampled_from(
+    ["\x00", "a\x00b", "'", "(", "!", "&|", ":*", "x" * 3000, "2026-13-45", "-1", "99999999999999999999"]
+)
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(search=_odd_text, since=_odd_text, page=_odd_text)
+def test_no_query_string_makes_the_task_pages_answer_500(
+    client, rpc, echo_agent, alice_key, django_user_model, search, since, page
+):
+    """Whatever an operator types or a link carries: the list, its search and date filter, the
+    task page's timeline page and the overview answer, never with a server error."""
+    from urllib.parse import urlencode
+
+    task = Task.objects.first() or Task.objects.get(
+        pk=rpc.send("/agents/acme/echo/", key=alice_key, configuration={"returnImmediately": True}).result["task"]["id"]
+    )
+    root = django_user_model.objects.filter(username="root").first() or django_user_model.objects.create_superuser(
+        "root", "root@example.com"
+    )
+    client.force_login(root)
+    urls = [
+        "/admin/tasks_app/task/?" + urlencode({"q": search}),
+        "/admin/tasks_app/task/?" + urlencode({"status_timestamp__gte": since, "q": search}),
+        f"/admin/tasks_app/task/{task.pk}/change/?" + urlencode({"timeline_page": page}),
+        "/admin/tasks_app/task/overview/?" + urlencode({"q": search}),
+    ]
+    for url in urls:
+        assert client.get(url).status_code < 500, url

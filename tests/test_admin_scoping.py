@@ -369,24 +369,6 @@ def test_only_owners_revoke_keys(who, may, world, as_user):
     assert (world.a.key.revoked_at is not None) == may
 
 
-@pytest.fixture
-def auth_caches(settings):
-    """Keys cached as in production, so that a revocation must be announced to take effect."""
-    import time
-
-    from accounts import changes
-    from accounts.selectors import caches_clear
-
-    settings.AUTH_CACHE_SECONDS = 60
-    caches_clear()
-    deadline = time.monotonic() + 5
-    while not changes.caches_usable():
-        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
-        time.sleep(0.01)
-    yield
-    caches_clear()
-
-
 def test_a_key_revoked_in_the_admin_fails_on_the_next_request(world, as_user, rpc, auth_caches):
     assert rpc(world.a.path, "ListTasks", {}, key=world.a.plaintext).status == 200  # now cached
     response = _run_action(as_user("owner"), PAGES["api keys"], "revoke", world.a.key.pk)

@@ -76,24 +76,6 @@ def test_the_create_api_key_command_prints_a_working_key(rpc, echo_agent, capsys
     assert ApiKey.objects.get(name="ci").principal == "carol"
 
 
-@pytest.fixture
-def auth_caches(settings):
-    """Lookups cached as in production: while this process hears of every change on Redis."""
-    import time
-
-    from accounts import changes
-    from accounts.selectors import caches_clear
-
-    settings.AUTH_CACHE_SECONDS = 60
-    caches_clear()
-    deadline = time.monotonic() + 5
-    while not changes.caches_usable():
-        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
-        time.sleep(0.01)
-    yield
-    caches_clear()
-
-
 def test_a_cached_caller_costs_no_query_and_a_revocation_takes_effect_on_the_next_request(
     rpc, echo_agent, alice_key, auth_caches, django_assert_num_queries
 ):

@@ -4,12 +4,7 @@ It runs in a subprocess: the suite's own settings are Postgres', and the embedde
 chosen at settings time. On SQLite the store takes its ORM path (tasks_app.sql is Postgres only).
 """
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.conftest import ROOT
+from tests.conftest import run_embedded
 
 SCRIPT = r"""
 import json, sys, uuid
@@ -39,19 +34,7 @@ print(json.dumps({"sent": sent, "fetched": fetched}))
 
 
 def test_the_embedded_mode_answers_a_blocking_send_message_and_get_task(tmp_path):
-    env = {
-        **os.environ,
-        "AGENTSERVER_EMBEDDED": "1",
-        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
-        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
-        "DB_THREADS": "0",
-        "LOG_LEVEL": "WARNING",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_embedded(SCRIPT, tmp_path)
     sent, fetched = result["sent"], result["fetched"]
     assert sent["status"]["state"] == "TASK_STATE_COMPLETED"
     assert sent["artifacts"][0]["parts"] == [{"text": "echo: hi"}]

@@ -429,24 +429,8 @@ print(json.dumps(answers))
 
 
 def test_the_embedded_mode_limits_in_process_and_counts_stored_bytes_on_sqlite(tmp_path):
-    import os
-    import subprocess
-    import sys
+    from tests.conftest import run_embedded
 
-    from tests.conftest import ROOT
-
-    env = {
-        **os.environ,
-        "AGENTSERVER_EMBEDDED": "1",
-        "SQLITE_PATH": str(tmp_path / "db.sqlite3"),
-        "DJANGO_SETTINGS_MODULE": "agentserver.settings",
-        "DB_THREADS": "0",
-        "LOG_LEVEL": "WARNING",
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", EMBEDDED_SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    answers = run_embedded(EMBEDDED_SCRIPT, tmp_path)
     # Taken; refused for the quota once counted; then over the rate limit of 2 a minute.
     assert answers == [[200, None], [200, -32030], [429, -32029]]
