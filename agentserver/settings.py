@@ -32,6 +32,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
     "accounts",
     "registry",
     "tasks_app",
@@ -252,6 +255,45 @@ PUSH_CREDENTIALS_KEY = env.list("PUSH_CREDENTIALS_KEY", default=[])
 CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
     "task": "push.tasks.sweep_deliveries",
     "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
+}
+
+# --- The registry (registry/, docs/registry.md) ------------------------------------------
+# Hosted agents' cards in the directory carry this base URL (PUBLIC_BASE_URL when set).
+REGISTRY_HOSTED_BASE_URL = env.str("REGISTRY_HOSTED_BASE_URL", default="http://localhost:8000").rstrip("/")
+# Each entry's card is re-read and its endpoint probed every REGISTRY_CHECK_INTERVAL seconds;
+# the beat job looking for due entries runs every REGISTRY_CHECK_EVERY seconds.
+REGISTRY_CHECK_INTERVAL = env.float("REGISTRY_CHECK_INTERVAL", default=300.0)
+# A failing entry is stale after this many failed checks in a row, or when its last good
+# check is older than REGISTRY_STALE_AFTER seconds; healthy again at its next good check.
+REGISTRY_STALE_AFTER_FAILURES = env.int("REGISTRY_STALE_AFTER_FAILURES", default=3)
+REGISTRY_STALE_AFTER = env.float("REGISTRY_STALE_AFTER", default=3600.0)
+# Checks are kept this many days (uptime is shown over 1, 7 and 30 days).
+REGISTRY_CHECKS_KEPT_DAYS = env.int("REGISTRY_CHECKS_KEPT_DAYS", default=30)
+CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
+    "task": "registry.tasks.check_due_entries",
+    "schedule": env.float("REGISTRY_CHECK_EVERY", default=60.0),
+}
+
+# The registry's REST API: tokens for programs (rest_framework.authtoken; `manage.py
+# drf_create_token`, or POST /api/registry/token/), the session for the browsable pages.
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "agentserver registry API",
+    "DESCRIPTION": "A curated directory of A2A and ACPs agents: search, entries, card versions, health, "
+    "submission, domain proofs and flags.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 # --- Auth, i18n ------------------------------------------------------------------------
