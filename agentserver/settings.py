@@ -294,6 +294,13 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # One name per choice set the registry API uses in more than one place (else the schema
+    # would name them per field: StateD93Enum...).
+    "ENUM_NAME_OVERRIDES": {
+        "EntryStateEnum": "registry.models.State",
+        "HealthEnum": "registry.models.Health",
+        "KindEnum": "registry.models.Kind",
+    },
 }
 
 # --- Auth, i18n ------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from push import views as push_views
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
+    path("api/", include("registry.api.urls")),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
     path("", include(routes.urlpatterns)),
 ]

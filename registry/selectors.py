@@ -272,3 +272,21 @@ def facet_counts(qs: QuerySet[Entry], kind: str, *, limit: int = 30) -> list[tup
     )
     return [(r["value"], r["n"]) for r in rows]
 
+
+# --- added by the API (registry/api): a cursor checked before `page` uses it ------------
+
+
+def cursor_check(cursor: str, order: Order) -> None:
+    """BadCursor unless `cursor` is a key `page` could have made for `order`: a client may send
+    anything, and a date `page` cannot parse (month 13, an offset of 99 hours) or Postgres
+    cannot compare (year 9999 at -23:59) must be a refusal, not a server error. Cursors `page`
+    makes carry a UTC time (listed_at is stored in UTC) or null, then an id."""
+    first, _ = _decode(cursor, order)
+    if order == "relevance" or first is None:
+        return
+    try:
+        at = parse_datetime(first) if isinstance(first, str) else None
+    except ValueError:
+        at = None
+    if at is None or at.utcoffset() != timedelta(0):
+        raise BadCursor("the cursor is damaged: start again without it")

@@ -245,3 +245,143 @@ def test_the_public_card_is_the_same_for_everyone(client, world):
         for caller in world
     }
     assert len(set(cards.values())) == 1
+
+
+# --- the registry (/api/registry/) ------------------------------------------------------------
+#
+# A tenant's entries that are not listed (a draft, one pending its first review, a rejected and
+# a suspended one) are seen by their submitter, the tenant's members and the curators; to anyone
+# else (another tenant's owner, a user of no tenant, an anonymous caller) every operation on one
+# answers exactly as for an entry that does not exist. A listed entry's newer card, not approved
+# yet, is its owners' and curators' only.
+
+REGISTRY = "/api/registry/agents/"
+HIDDEN_STATES = ("draft", "pending", "rejected", "suspended")
+
+
+@dataclass
+class RegistryCaller:
+    name: str
+    token: str | None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Token {self.token}"} if self.token else {}
+
+
+@pytest.fixture
+def registry_world(db, django_user_model):
+    from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
+
+    from accounts.services import member_add, tenant_ensure
+    from tests.registry_factories import make_entry, new_version
+
+    a, b = tenant_ensure(slug="ta", name="Tenant A"), tenant_ensure(slug="tb", name="Tenant B")
+    users = {name: django_user_model.objects.create_user(name) for name in ("submitter", "a-operator", "a-viewer")}
+    users |= {name: django_user_model.objects.create_user(name) for name in ("b-owner", "stranger", "curator")}
+    member_add(tenant=a, user=users["a-operator"], role="operator")
+    member_add(tenant=a, user=users["a-viewer"], role="viewer")
+    member_add(tenant=b, user=users["b-owner"], role="owner")
+    users["curator"].user_permissions.add(Permission.objects.get(codename="curate_entry"))
+    callers = {name: RegistryCaller(name, Token.objects.create(user=user).key) for name, user in users.items()}
+    callers["anonymous"] = RegistryCaller("anonymous", None)
+    hidden = {
+        state: make_entry(name=f"Secret {state} agent", state=state, tenant=a, submitted_by=users["submitter"])
+        for state in HIDDEN_STATES
+    }
+    listed = make_entry(name="Listed agent", tenant=a, submitted_by=users["submitter"])
+    new_version(listed, name="Listed agent", description="Unreleased zeppelin features.")
+    return {"callers": callers, "hidden": hidden, "listed": listed}
+
+
+INSIDERS = ("submitter", "a-operator", "a-viewer", "curator")
+OUTSIDERS = ("b-owner", "stranger", "anonymous")
+MANAGERS = ("submitter", "a-operator", "curator")
+
+REGISTRY_OPERATIONS = {
+    "detail": lambda pk: ("GET", f"{REGISTRY}{pk}/", None),
+    "version": lambda pk: ("GET", f"{REGISTRY}{pk}/versions/1/", None),
+    "flag": lambda pk: ("POST", f"{REGISTRY}{pk}/flag/", {"reason": "looks odd"}),
+    "verify": lambda pk: ("POST", f"{REGISTRY}{pk}/verify/", {"method": "http"}),
+    "transition": lambda pk: ("POST", f"{REGISTRY}{pk}/transition/", {"to": "pending"}),
+}
+
+
+def registry_call(client, caller: RegistryCaller, method: str, path: str, body, query: dict | None = None):
+    from urllib.parse import urlencode
+
+    with CaptureQueriesContext(connection) as queries:
+        if method == "GET":
+            url = f"{path}?{urlencode(query, doseq=True)}" if query else path
+            response = client.get(url, headers=caller.headers)
+        else:
+            response = client.post(
+                path, data=orjson.dumps(body), content_type="application/json", headers=caller.headers
+            )
+    return response.status_code, orjson.loads(response.content), len(queries)
+
+
+@pytest.mark.parametrize("operation", list(REGISTRY_OPERATIONS))
+def test_a_hidden_entry_is_to_outsiders_exactly_an_entry_that_does_not_exist(client, registry_world, operation):
+    missing = max(e.pk for e in registry_world["hidden"].values()) + 1000
+    for name in OUTSIDERS:
+        caller = registry_world["callers"][name]
+        for state, entry in registry_world["hidden"].items():
+            theirs = registry_call(client, caller, *REGISTRY_OPERATIONS[operation](entry.pk))
+            absent = registry_call(client, caller, *REGISTRY_OPERATIONS[operation](missing))
+            where = f"{name} -> a {state} entry: {operation}"
+            assert theirs[0] == absent[0] and theirs[0] in (401, 404), where
+            assert theirs[1] == absent[1], where
+            assert theirs[2] == absent[2], f"{where}: {theirs[2]} queries, {absent[2]} for no entry"
+            assert b"Secret" not in orjson.dumps(theirs[1]), where
+
+
+@pytest.mark.parametrize("query", [{}, {"q": "secret"}, {"mine": "true"}, {"state": list(HIDDEN_STATES)}])
+def test_hidden_entries_are_in_no_outsider_s_search(client, registry_world, query):
+    hidden = {e.pk for e in registry_world["hidden"].values()}
+    for name in (*OUTSIDERS, *INSIDERS):
+        caller = registry_world["callers"][name]
+        status, body, _ = registry_call(client, caller, "GET", REGISTRY, None, query)
+        if name == "anonymous" and query.get("mine"):
+            assert status == 401
+            continue
+        assert status == 200, (name, body)
+        found = {r["id"] for r in body["results"]}
+        if name in OUTSIDERS:
+            assert not found & hidden, (name, query)
+        elif query.get("mine") and name != "curator" or query.get("state"):
+            assert hidden <= found, (name, query)  # their own (the curator's: every one by state)
+
+
+def test_hidden_entries_are_seen_by_their_submitter_the_tenant_s_members_and_curators(client, registry_world):
+    for name in INSIDERS:
+        caller = registry_world["callers"][name]
+        for state, entry in registry_world["hidden"].items():
+            status, body, _ = registry_call(client, caller, "GET", f"{REGISTRY}{entry.pk}/", None)
+            assert status == 200 and body["state"] == state, (name, state)
+            assert (body["decisions"] is not None) == (name in MANAGERS), (name, state)
+            if name in MANAGERS:
+                status, _, _ = registry_call(client, caller, "GET", f"{REGISTRY}{entry.pk}/versions/1/", None)
+                assert status == 200, (name, state)
+            status, body, _ = registry_call(client, caller, *REGISTRY_OPERATIONS["verify"](entry.pk))
+            assert status == (200 if name in MANAGERS else 403), (name, state, body)
+
+
+def test_a_listed_entry_s_newer_card_is_not_public_until_approved(client, registry_world):
+    listed = registry_world["listed"]
+    for name in (*OUTSIDERS, *INSIDERS):
+        caller = registry_world["callers"][name]
+        status, body, _ = registry_call(client, caller, "GET", f"{REGISTRY}{listed.pk}/", None)
+        assert status == 200 and body["state"] == "pending", name
+        owners = name in MANAGERS
+        assert body["card_version"] == (2 if owners else 1), name
+        assert [v["number"] for v in body["versions"]] == ([2, 1] if owners else [1]), name
+        assert (b"zeppelin" in orjson.dumps(body)) == owners, name
+        newer = registry_call(client, caller, "GET", f"{REGISTRY}{listed.pk}/versions/2/", None)
+        never = registry_call(client, caller, "GET", f"{REGISTRY}{listed.pk}/versions/99/", None)
+        assert newer[0] == (200 if owners else 404), name
+        if not owners:
+            assert (newer[0], newer[2]) == (never[0], never[2]), name
+        status, body, _ = registry_call(client, caller, "GET", REGISTRY, None, {"q": "zeppelin"})
+        assert body["results"] == [], name  # search reads the approved card
