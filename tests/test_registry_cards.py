@@ -107,6 +107,10 @@ def test_a_card_with_url_and_capabilities_served_at_agent_card_json_is_read_as_0
     assert detect_version(card, fetched_from="https://h.example.test/.well-known/agent-card.json") == "0.3"
 
 
+def test_a_card_with_0_1_authentication_is_0_1_wherever_it_was_served():
+    assert detect_version(a2a_0_1(), fetched_from="https://h.example.test/.well-known/agent-card.json") == "0.1"
+
+
 def test_a_0_2_card_is_read_as_0_3():
     card = a2a_0_3()
     card["protocolVersion"] = "0.2.5"

@@ -6,7 +6,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from .fetch import LEGACY_CARD_PATH
+from .fetch import CARD_PATH, LEGACY_CARD_PATH
 from .types import CardRejected, Problem, Version
 
 # 0.2.x cards carry the members 0.3 has (but signatures) and speak the same JSON-RPC methods,
@@ -22,9 +22,9 @@ _V03_MEMBERS = (
     "signatures",
 )
 LOOKED_FOR = (
-    "supportedInterfaces (A2A 1.0); aic or endPoints (ACPs ACS); protocolVersion 0.3.x, or url with "
-    "preferredTransport, additionalInterfaces or another member 0.2/0.3 added (A2A 0.3); url and capabilities "
-    f"with authentication, or served at {LEGACY_CARD_PATH} (A2A 0.1)"
+    "supportedInterfaces (A2A 1.0); aic or endPoints (ACPs ACS); protocolVersion 0.3.x or 0.2.x, or url with "
+    "preferredTransport, additionalInterfaces or another member 0.2/0.3 added, or url and capabilities served at "
+    f"{CARD_PATH} (A2A 0.3); url and capabilities with authentication, or served at {LEGACY_CARD_PATH} (A2A 0.1)"
 )
 
 
@@ -43,10 +43,11 @@ def detect_version(document: Any, *, fetched_from: str = "") -> Version:
     - acs: it has `aic` or `endPoints` (ACS member names);
     - 0.3: `protocolVersion` is 0.3.x (or 0.2.x); or, without a protocolVersion, `url` with any
       member 0.2/0.3 added (preferredTransport, additionalInterfaces, securitySchemes,
-      security, supportsAuthenticatedExtendedCard, signatures), or `url` and `capabilities`
-      served at /.well-known/agent-card.json (a path only 0.3 and later use);
-    - 0.1: no protocolVersion, `url` and `capabilities`, and `authentication` or it was served
-      at /.well-known/agent.json.
+      security, supportsAuthenticatedExtendedCard, signatures);
+    - 0.1: no protocolVersion, `url`, `capabilities` and `authentication` (0.1's own member);
+    - then, for `url` and `capabilities` alone, where it was served: 0.3 at
+      /.well-known/agent-card.json (a path only 0.3 and later use), 0.1 at
+      /.well-known/agent.json.
 
     Anything else is CardRejected with one problem naming what was looked for."""
     if not isinstance(document, dict):
@@ -74,9 +75,11 @@ def detect_version(document: Any, *, fetched_from: str = "") -> Version:
     if has_url and any(member in document for member in _V03_MEMBERS):
         return "0.3"
     if has_url and "capabilities" in document:
-        if _served_at(fetched_from, "/agent-card.json"):
+        if "authentication" in document:
+            return "0.1"
+        if _served_at(fetched_from, CARD_PATH):
             return "0.3"
-        if "authentication" in document or _served_at(fetched_from, LEGACY_CARD_PATH):
+        if _served_at(fetched_from, LEGACY_CARD_PATH):
             return "0.1"
     raise CardRejected([Problem("", f"is not an agent card this registry reads: it looked for {LOOKED_FOR}")])
 
