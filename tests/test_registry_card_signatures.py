@@ -13,6 +13,8 @@ import pytest
 import rfc8785
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jwt.algorithms import ECAlgorithm, OKPAlgorithm, RSAAlgorithm
 
 from registry.cards import SignatureCheck, fetch_card, normalise, validate, verify_signatures
@@ -299,3 +301,63 @@ def test_the_default_key_set_is_the_origin_of_where_the_card_was_read(server):
     card_url = server.url("/.well-known/agent-card.json", host=AGENT_HOST)
     check = only(verify_signatures(signed, card_url=card_url))
     assert check.valid and check.jku == server.url("/.well-known/jwks.json", host=AGENT_HOST)
+
+
+_b64ish = st.text("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=.!", max_size=40)
+_headers = st.fixed_dictionaries(
+    {},
+    optional={
+        "alg": st.sampled_from(["ES256", "RS256", "PS384", "EdDSA", "HS256", "none", "", "es256"]) | st.integers(),
+        "kid": st.sampled_from(["k1", "k2", ""]) | st.none() | st.integers(),
+        "jku": st.sampled_from(["https://keys.example.test/k", "http://127.0.0.2/k", "not a url", ""]) | st.integers(),
+        "crit": st.lists(st.sampled_from(["b64", "exp"]), max_size=2) | st.text(max_size=3),
+        "b64": st.booleans() | st.text(max_size=2),
+    },
+)
+_entries = st.one_of(
+    st.builds(
+        lambda header, signature, unprotected: {
+            "protected": b64url(json.dumps(header).encode()),
+            "signature": signature,
+            **({"header": unprotected} if unprotected is not None else {}),
+        },
+        _headers,
+        _b64ish,
+        st.none() | _headers | st.integers(),
+    ),
+    st.fixed_dictionaries({}, optional={"protected": _b64ish | st.integers(), "signature": _b64ish | st.none()}),
+    st.integers() | st.text(max_size=5),
+)
+_jwks = st.fixed_dictionaries(
+    {},
+    optional={
+        "keys": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "kty": st.sampled_from(["EC", "RSA", "OKP", "oct", "XX"]) | st.integers(),
+                    "crv": st.sampled_from(["P-256", "P-384", "Ed25519", "X25519", "secp256k1"]) | st.integers(),
+                    "x": _b64ish | st.integers(),
+                    "y": _b64ish,
+                    "n": _b64ish,
+                    "e": st.sampled_from(["AQAB", "", "!!"]),
+                    "kid": st.sampled_from(["k1", "k2"]) | st.integers(),
+                    "use": st.sampled_from(["sig", "enc"]) | st.integers(),
+                    "alg": st.sampled_from(["ES256", "RS256"]) | st.none(),
+                },
+            ),
+            max_size=3,
+        )
+        | st.text(max_size=3)
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_entries, max_size=3), _jwks)
+def test_any_signatures_and_any_key_set_give_checks_never_an_exception(entries, jwks):
+    card = a2a_1_0()
+    card["signatures"] = entries
+    checks = verify_signatures(card, jwks_fetcher=lambda url: jwks)
+    assert len(checks) == len(entries)
+    assert not any(check.valid for check in checks)

@@ -164,8 +164,8 @@ def _key(jwk: dict[str, Any], alg: str) -> jwt.PyJWK:
         raise _Invalid(f"the key is for {str(jwk.get('alg'))[:20]}, not {alg}")
     try:
         return jwt.PyJWK(jwk, algorithm=alg)
-    except (jwt.PyJWTError, ValueError, TypeError, KeyError) as exc:
-        raise _Invalid(f"the key is not a usable {alg} public key ({exc})") from None
+    except (jwt.PyJWTError, ValueError, TypeError, KeyError, AttributeError, NotImplementedError) as exc:
+        raise _Invalid(f"the key is not a usable {alg} public key ({type(exc).__name__}: {exc})") from None
 
 
 def _verify(entry: dict[str, Any], header: dict[str, Any], key: jwt.PyJWK, alg: str, payloads: _Payloads) -> str:
@@ -186,8 +186,8 @@ def _verify(entry: dict[str, Any], header: dict[str, Any], key: jwt.PyJWK, alg: 
                 )
         except jwt.InvalidSignatureError:
             continue
-        except jwt.PyJWTError as exc:
-            raise _Invalid(f"it could not be checked ({exc})") from None
+        except (jwt.PyJWTError, ValueError, TypeError) as exc:
+            raise _Invalid(f"it could not be checked ({type(exc).__name__}: {exc})") from None
         return how
     raise _Invalid("the signature does not match the card: it was changed after signing, or signed with another key")
 
