@@ -224,6 +224,14 @@ CELERY_BEAT_SCHEDULE["count-stored-bytes"] = {
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT
 # addresses, except those in these comma-separated CIDRs (e.g. "10.1.2.0/24,::1/128").
 OUTBOUND_ALLOW_NETS = env.list("OUTBOUND_ALLOW_NETS", default=[])
+# The registry (registry/): nameservers asked for domain proofs' TXT records, "ip" or "ip:port",
+# comma-separated (empty: the system's resolv.conf), so an operator can pin a trusted resolver.
+REGISTRY_DNS_NAMESERVERS = env.list("REGISTRY_DNS_NAMESERVERS", default=[])
+# Seconds a domain proof may take (the well-known file: per connect and per read; DNS: in all),
+# and a liveness probe of an agent's endpoint (per connect and per read): a slow host is not
+# allowed to hold a worker.
+REGISTRY_PROOF_TIMEOUT = env.float("REGISTRY_PROOF_TIMEOUT", default=5.0)
+REGISTRY_PROBE_TIMEOUT = env.float("REGISTRY_PROBE_TIMEOUT", default=5.0)
 # Bearer tokens (protocols/oidc.py, docs/oidc.md): a tenant issuer's JWKS is kept this long
 # (seconds; a token naming an unknown key fetches it again, at most every 30 s), and fetching
 # it may take this long per connect and per read.
@@ -267,6 +275,11 @@ REGISTRY_CHECK_INTERVAL = env.float("REGISTRY_CHECK_INTERVAL", default=300.0)
 # check is older than REGISTRY_STALE_AFTER seconds; healthy again at its next good check.
 REGISTRY_STALE_AFTER_FAILURES = env.int("REGISTRY_STALE_AFTER_FAILURES", default=3)
 REGISTRY_STALE_AFTER = env.float("REGISTRY_STALE_AFTER", default=3600.0)
+# A card is read with at most this many bytes and seconds per request (a signature's key set:
+# REGISTRY_JWKS_MAX_BYTES).
+REGISTRY_CARD_MAX_BYTES = env.int("REGISTRY_CARD_MAX_BYTES", default=256 * 1024)
+REGISTRY_CARD_FETCH_TIMEOUT = env.float("REGISTRY_CARD_FETCH_TIMEOUT", default=10.0)
+REGISTRY_JWKS_MAX_BYTES = env.int("REGISTRY_JWKS_MAX_BYTES", default=64 * 1024)
 # Checks are kept this many days (uptime is shown over 1, 7 and 30 days).
 REGISTRY_CHECKS_KEPT_DAYS = env.int("REGISTRY_CHECKS_KEPT_DAYS", default=30)
 CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
