@@ -5,12 +5,12 @@
     entries = make_entries([{"name": f"Agent {i}"} for i in range(500)])   # a few queries in all
     newer = new_version(entry, description="changed")   # as the liveness job finds a changed card
 
-Every entry is made as `registry.services` would leave it: a card version (an A2A 1.0 card, its
-index a real `registry.cards.CardIndex`, its hash `registry.cards.card_hash`), the entry's
-columns, facets and (on Postgres) search vector copied from the listed version, and one
+Every entry is made as `registry.services` would leave it: a card version (an A2A 1.0 card,
+indexed by `registry.cards.normalise`, hashed by `registry.cards.card_hash`; not validated), the
+entry's columns, facets and (on Postgres) search vector copied from the listed version, and one
 decision. `make_entries` does it in bulk: the facets come from `services._facets`, the search
-text from `services.search_blocks` and the vector is the same expression `services._reindex`
-writes (tests/test_registry_api.py checks they agree), in one statement for all entries.
+text from `cards.search_text` and the vector is the expression `services._reindex` writes
+(tests/test_registry_api.py checks they agree), in one statement for all entries.
 
 Spec keys (all optional): name, description, provider, url (the endpoint), tags, skills (ids, or
 dicts with id/name/description/tags/examples), examples (added to the first skill),
@@ -106,53 +106,15 @@ def card_document(**spec: Any) -> dict[str, Any]:
 
 
 def card_index(**spec: Any) -> cards.CardIndex:
-    """The index `registry.cards.normalise` gives `card_document(**spec)` (built directly, so
-    that seeding needs no validation)."""
-    document = card_document(**spec)
-    skills = tuple(
-        cards.Skill(
-            id=s["id"],
-            name=s["name"],
-            description=s["description"],
-            tags=tuple(t.lower() for t in s.get("tags", ())),
-            examples=tuple(s.get("examples", ())),
-            input_modes=(),
-            output_modes=(),
-        )
-        for s in document["skills"]
-    )
-    interfaces = document["supportedInterfaces"]
-    return cards.CardIndex(
-        dialect="1.0",
-        name=document["name"],
-        description=document["description"],
-        card_version=document["version"],
-        provider_organization=spec.get("provider", ""),
-        provider_url="https://provider.example.test" if spec.get("provider") else "",
-        documentation_url="",
-        icon_url="",
-        url=interfaces[0]["url"],
-        endpoints=tuple(
-            cards.Endpoint(url=i["url"], binding=i["protocolBinding"], protocol_version=i["protocolVersion"])
-            for i in interfaces
-        ),
-        bindings=tuple(dict.fromkeys(i["protocolBinding"] for i in interfaces)),
-        protocol_versions=tuple(dict.fromkeys(i["protocolVersion"] for i in interfaces)),
-        capabilities=tuple(k for k in _CAPABILITY_MEMBERS if k in set(spec.get("capabilities", ()))),
-        extensions=(),
-        input_modes=tuple(m.lower() for m in document["defaultInputModes"]),
-        output_modes=tuple(m.lower() for m in document["defaultOutputModes"]),
-        security_schemes=tuple(spec.get("security", ())),
-        skills=skills,
-        tags=tuple(dict.fromkeys(t for s in skills for t in s.tags)),
-        signed=bool(spec.get("signed_kid")),
-    )
+    """The index of `card_document(**spec)`, as `registry.cards.normalise` makes it."""
+    return cards.normalise(card_document(**spec), "1.0")
 
 
 def read_card(
     *, card_url: str = "https://agents.example.test/.well-known/agent-card.json", **spec: Any
 ) -> services.ReadCard:
-    """What `services.read_remote_card` would return for a card made of `spec`."""
+    """What `services.read_remote_card` would return for a card made of `spec` (a signed_kid
+    stands for a signature that verified)."""
     document = card_document(**spec)
     signatures = (
         [{"kid": spec["signed_kid"], "alg": "ES256", "jku": "", "valid": True, "reason": "verified"}]
@@ -164,7 +126,7 @@ def read_card(
         raw=orjson.dumps(document).decode(),
         document=document,
         dialect="1.0",
-        index=card_index(**spec),
+        index=cards.normalise(document, "1.0"),
         hash=cards.card_hash(document),
         etag="",
         signatures=signatures,
@@ -178,7 +140,7 @@ def _unique_url() -> str:
 def make_entries(specs: list[dict[str, Any]], *, now: datetime | None = None) -> list[Entry]:
     """Entries as `services` leaves them, in bulk (a handful of statements for any number)."""
     now = now or timezone.now()
-    rows: list[tuple[Entry, services.ReadCard, dict[str, Any], bool]] = []
+    rows: list[tuple[Entry, services.ReadCard, cards.CardIndex, bool]] = []
     for spec in specs:
         state = spec.get("state", State.APPROVED)
         approved = spec.get("approved", state in (State.APPROVED, State.DEPRECATED, State.SUSPENDED))
@@ -213,7 +175,7 @@ def make_entries(specs: list[dict[str, Any]], *, now: datetime | None = None) ->
             listed_at=spec.get("listed_at", now if approved else None),
             next_check_at=now + timedelta(days=1),
         )
-        rows.append((entry, card, dataclasses.asdict(index), approved))
+        rows.append((entry, card, index, approved))
     with transaction.atomic():
         entries = Entry.objects.bulk_create([r[0] for r in rows])
         versions = CardVersion.objects.bulk_create(
@@ -226,7 +188,7 @@ def make_entries(specs: list[dict[str, Any]], *, now: datetime | None = None) ->
                     fetched_from=card.fetched_from,
                     raw=card.raw,
                     document=card.document,
-                    index=index,
+                    index=dataclasses.asdict(index),
                     signatures=card.signatures,
                     fetched_at=now,
                 )
@@ -241,7 +203,7 @@ def make_entries(specs: list[dict[str, Any]], *, now: datetime | None = None) ->
             [
                 Facet(entry=entry, kind=kind, value=value)
                 for entry, (_, _, index, _) in zip(entries, rows, strict=True)
-                for kind, value in services._facets(index)
+                for kind, value in services._facets(dataclasses.asdict(index))
             ]
         )
         Decision.objects.bulk_create(
@@ -263,11 +225,11 @@ def make_entries(specs: list[dict[str, Any]], *, now: datetime | None = None) ->
     return entries
 
 
-def _search_vectors(rows: list[tuple[int, dict[str, Any]]]) -> None:
+def _search_vectors(rows: list[tuple[int, cards.CardIndex]]) -> None:
     """Each entry's weighted vector, as services._reindex writes it, in one statement."""
     values, params = [], []
     for pk, index in rows:
-        blocks = services.search_blocks(index)
+        blocks = cards.search_text(index)
         values.append("(%s, %s, %s, %s, %s)")
         params += [pk, blocks["A"], blocks["B"], blocks["C"], blocks["D"]]
     with connection.cursor() as cursor:

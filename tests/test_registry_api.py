@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rest_framework.authtoken.models import Token
 
-from registry import proofs, services
+from registry import cards, proofs, services
 from registry.models import CardVersion, Entry, Facet, Flag, State
 from tests.card_server import CardServer
 from tests.conftest import make_agent
@@ -622,13 +622,13 @@ def test_a_submitted_entry_is_proven_reviewed_approved_and_then_listed(anon, as_
 
 
 def test_submitting_an_invalid_card_is_400_with_its_problems_itemised(as_, site):
-    site.serve("/.well-known/agent-card.json", {"name": 7, "skills": "none"})
+    site.serve("/.well-known/agent-card.json", {**card_document(name="Broken"), "name": 7, "skills": "none"})
     response = as_("owner").post(AGENTS, {"url": site.url("/", host=HOST)})
     assert response.status_code == 400
     body = response.json()
     assert body["detail"].startswith("the card has")
     assert body["problems"] and all(set(p) == {"path", "message"} for p in body["problems"])
-    assert any(p["path"].startswith("/name") for p in body["problems"])
+    assert {"/name", "/skills"} <= {p["path"] for p in body["problems"]}
     assert not Entry.objects.exists()
 
 
@@ -806,8 +806,10 @@ def test_paths_that_are_not_the_api_s_are_404_in_json(anon, db):
 # --- the factory agrees with the services -------------------------------------------------
 
 
-def test_seeded_entries_are_indexed_as_the_services_index_them(db):
+def test_seeded_entries_are_valid_cards_indexed_as_the_services_index_them(db):
     spec_ = {"name": "Kestrel", "tags": ["birds"], "capabilities": ["streaming"], "examples": ["Where do they nest?"]}
+    full = {**spec_, "bindings": ["JSONRPC", "HTTP+JSON"], "protocol_versions": ["1.0", "0.3.0"]}
+    assert cards.validate(card_document(**full, security=["apiKey", "oauth2", "mutualTLS"]), "1.0") == []
     seeded = make_entry(**spec_, provider="Raptors")
     redone = make_entry(**spec_, provider="Raptors")
     services._reindex(redone)
