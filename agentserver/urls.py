@@ -8,6 +8,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", views.healthz, name="healthz"),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
+    path("registry/", include("registry.urls")),
     path("", include(routes.urlpatterns)),
 ]
 
