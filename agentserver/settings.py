@@ -224,6 +224,14 @@ CELERY_BEAT_SCHEDULE["count-stored-bytes"] = {
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT
 # addresses, except those in these comma-separated CIDRs (e.g. "10.1.2.0/24,::1/128").
 OUTBOUND_ALLOW_NETS = env.list("OUTBOUND_ALLOW_NETS", default=[])
+# The registry (registry/): nameservers asked for domain proofs' TXT records, "ip" or "ip:port",
+# comma-separated (empty: the system's resolv.conf), so an operator can pin a trusted resolver.
+REGISTRY_DNS_NAMESERVERS = env.list("REGISTRY_DNS_NAMESERVERS", default=[])
+# Seconds a domain proof may take (the well-known file: per connect and per read; DNS: in all),
+# and a liveness probe of an agent's endpoint (per connect and per read): a slow host is not
+# allowed to hold a worker.
+REGISTRY_PROOF_TIMEOUT = env.float("REGISTRY_PROOF_TIMEOUT", default=5.0)
+REGISTRY_PROBE_TIMEOUT = env.float("REGISTRY_PROBE_TIMEOUT", default=5.0)
 # Bearer tokens (protocols/oidc.py, docs/oidc.md): a tenant issuer's JWKS is kept this long
 # (seconds; a token naming an unknown key fetches it again, at most every 30 s), and fetching
 # it may take this long per connect and per read.

@@ -27,6 +27,10 @@ os.environ.setdefault("PUSH_BACKOFF_CAP", "0.2")
 os.environ.setdefault("PUSH_RETRY_AFTER_MAX", "5")
 os.environ.setdefault("PUSH_MAX_ATTEMPTS", "4")
 os.environ.setdefault("PUSH_KEY_PUBLISH_DELAY", "0")
+# Tests must never send a DNS query off the machine: the registry's domain proofs ask this
+# (nothing answers on the discard port); a test that needs DNS starts its own loopback server
+# (tests/dns_server.py) and overrides the setting.
+os.environ.setdefault("REGISTRY_DNS_NAMESERVERS", "127.0.0.1:9")
 # No collectstatic before the tests: the admin's files come from the apps' static/ folders, here
 # and in the live stack's daphne (tests/test_static.py collects them, as `make run` does).
 os.environ.setdefault("STATIC_FROM_APPS", "1")
