@@ -7,14 +7,16 @@ same way, and refuse the same bad values with the same messages.
                       repeatable (tag=a&tag=b: entries with both), at most 10 values each;
                       an empty value is no filter (a form's "any")
     provider          the provider's organisation, exactly (case-insensitive)
+    capability        one of streaming, push_notifications (or push), extended_card,
+                      state_transition_history
     verified, signed, healthy
                       true/false (also 1/0, yes/no, on/off); empty: either
     kind              hosted or remote
-    include_deprecated
-                      true: deprecated entries too
+    deprecated        true: deprecated entries too (left out by default)
     order             relevance or recent (default: relevance with a text query, else recent)
 
-Other parameters (`cursor`, the API's page size...) are not the search's and are left alone.
+Other parameters (`cursor`; the API's `page_size`, `mine`, `state`...) are not the search's and
+are left alone: the caller reads them.
 """
 
 from __future__ import annotations
@@ -40,14 +42,15 @@ FACET_PARAMS: dict[str, tuple[str, str]] = {
     "protocol_version": ("protocol_versions", FacetKind.PROTOCOL_VERSION),
     "security": ("security", FacetKind.SECURITY),
 }
-BOOLEAN_PARAMS = ("verified", "signed", "healthy", "include_deprecated")
+BOOLEAN_PARAMS = ("verified", "signed", "healthy", "deprecated")
 ORDERS = ("relevance", "recent")
 PARAMS = ("q", *FACET_PARAMS, "provider", *BOOLEAN_PARAMS, "kind", "order")
 
 TRUE = frozenset({"true", "1", "yes", "on"})
 FALSE = frozenset({"false", "0", "no", "off"})
-# Shorter names for the card's capabilities, as the issue says them ("capability=push").
-CAPABILITY_ALIASES = {"push": "push_notifications", "history": "state_transition_history"}
+# The capabilities registry.cards indexes, and shorter names for them ("capability=push").
+CAPABILITIES = ("streaming", "push_notifications", "extended_card", "state_transition_history")
+CAPABILITY_ALIASES = {"push": "push_notifications", "extended": "extended_card", "history": "state_transition_history"}
 
 
 class BadSearch(ValueError):
@@ -74,7 +77,10 @@ def search_from_query(query: Any) -> Search:
             if len(value) > MAX_VALUE_LENGTH:
                 raise BadSearch(param, f"a value is at most {MAX_VALUE_LENGTH} characters")
         if param == "capability":
-            values = [CAPABILITY_ALIASES.get(v.lower(), v) for v in values]
+            values = [CAPABILITY_ALIASES.get(v.lower(), v.lower()) for v in values]
+            for value in values:
+                if value not in CAPABILITIES:
+                    raise BadSearch(param, f"must be one of {', '.join(CAPABILITIES)}, not {_shown(value)}")
         facets[field] = tuple(dict.fromkeys(values))  # in order, once each
     provider = _one(query, "provider").strip()
     if len(provider) > MAX_PROVIDER_LENGTH:
@@ -92,7 +98,7 @@ def search_from_query(query: Any) -> Search:
         verified=flags["verified"],
         signed=flags["signed"],
         healthy=flags["healthy"],
-        include_deprecated=bool(flags["include_deprecated"]),
+        include_deprecated=bool(flags["deprecated"]),
         kind=kind,
         order=order or None,  # type: ignore[arg-type]
         **facets,
@@ -114,7 +120,7 @@ def query_from_search(search: Search) -> list[tuple[str, str]]:
         if value is not None:
             pairs.append((name, "true" if value else "false"))
     if search.include_deprecated:
-        pairs.append(("include_deprecated", "true"))
+        pairs.append(("deprecated", "true"))
     if search.kind:
         pairs.append(("kind", search.kind))
     if search.order:

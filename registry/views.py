@@ -1,5 +1,7 @@
 """The directory's pages: `/registry/` (search, filters, keyset pages) and `/registry/<id>/`
 (one entry). Server-rendered, no JavaScript; every read goes through `registry.selectors`.
+The directory lists the listed entries, for everyone alike (as the search API does without
+`mine`); an entry's page shows its owners and curators the entry in any state.
 
 Everything a card says is untrusted text: the templates print it through Django's
 autoescaping only (never `|safe`), and a URL from a card becomes a link only when it is
@@ -123,7 +125,7 @@ def directory(request: HttpRequest) -> HttpResponse:
     if len(cursor) > MAX_CURSOR_LENGTH:
         return _bad_request(request, "cursor: not one this server gave: start again without it")
     entries = (
-        selectors.entry_search(search, base=selectors.entries_visible_to(request.user))
+        selectors.entry_search(search, base=Entry.objects.listed())
         .defer("search")
         .prefetch_related(
             Prefetch(
@@ -214,15 +216,16 @@ def _result(entry: Entry) -> dict[str, Any]:
         "entry": entry,
         "tags": tags[:TAGS_SHOWN],
         "more_tags": max(0, len(tags) - TAGS_SHOWN),
-        "listed": entry.is_listed,
-        "state": entry.get_state_display(),
         "deprecated": entry.state == State.DEPRECATED,
         "health_class": _health_class(entry.health),
     }
 
 
+HEALTH_CLASSES: dict[str, str] = {Health.HEALTHY: "good", Health.DEGRADED: "bad", Health.STALE: "bad"}
+
+
 def _health_class(health: str) -> str:
-    return {Health.HEALTHY: "good", Health.DEGRADED: "bad", Health.STALE: "bad"}.get(health, "neutral")
+    return HEALTH_CLASSES.get(health, "neutral")
 
 
 # --- one entry ------------------------------------------------------------------------------
