@@ -69,6 +69,8 @@ def requests(client: Any) -> dict[str, tuple[str, Callable[[], None] | None]]:
     first = f"{PAGE}?q=invoice&tag=finance&binding=JSONRPC"
     found["page q=invoice tag=finance binding=JSONRPC, filter choices not cached"] = (first, cache.clear)
     found["page q=invoice (text only)"] = (f"{PAGE}?q=invoice", None)
+    # A broad word (in a fifth of the descriptions): every match is ranked before the first page.
+    found["page q=fast (broad: ~2,000 matches)"] = (f"{PAGE}?q=fast", None)
     if api_here:
         found["API  newest first, no query"] = (API, None)
     found["page newest first, no query"] = (PAGE, None)
