@@ -275,6 +275,11 @@ REGISTRY_CHECK_INTERVAL = env.float("REGISTRY_CHECK_INTERVAL", default=300.0)
 # check is older than REGISTRY_STALE_AFTER seconds; healthy again at its next good check.
 REGISTRY_STALE_AFTER_FAILURES = env.int("REGISTRY_STALE_AFTER_FAILURES", default=3)
 REGISTRY_STALE_AFTER = env.float("REGISTRY_STALE_AFTER", default=3600.0)
+# A card is read with at most this many bytes and seconds per request (a signature's key set:
+# REGISTRY_JWKS_MAX_BYTES).
+REGISTRY_CARD_MAX_BYTES = env.int("REGISTRY_CARD_MAX_BYTES", default=256 * 1024)
+REGISTRY_CARD_FETCH_TIMEOUT = env.float("REGISTRY_CARD_FETCH_TIMEOUT", default=10.0)
+REGISTRY_JWKS_MAX_BYTES = env.int("REGISTRY_JWKS_MAX_BYTES", default=64 * 1024)
 # Checks are kept this many days (uptime is shown over 1, 7 and 30 days).
 REGISTRY_CHECKS_KEPT_DAYS = env.int("REGISTRY_CHECKS_KEPT_DAYS", default=30)
 CELERY_BEAT_SCHEDULE["registry-check-entries"] = {

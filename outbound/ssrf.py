@@ -174,6 +174,12 @@ def _parse(url: str) -> tuple[str, str, int, str]:
     host = parts.hostname
     if not host:
         raise Refused(f"the url {url!r} has no host")
+    if not host.isascii() and not _is_literal(host):
+        # The name as it goes on the wire (Host, TLS SNI, the resolver): its A-labels.
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise Refused(f"the host {host!r} is not a valid host name ({exc})") from None
     target = parts.path or "/"
     if parts.query:
         target += "?" + parts.query

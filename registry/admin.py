@@ -86,17 +86,16 @@ class EntryAdmin(TenantScopedAdmin):
         return request.user.is_active and request.user.is_staff and selectors.is_curator(request.user)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        if self.is_curator(request):
-            queryset = Entry.objects.select_related("tenant")
-        else:
+        queryset: QuerySet = Entry.objects.select_related("tenant")
+        if not self.is_curator(request):
             queryset = super().get_queryset(request)
         return queryset.annotate(flag_count=Count("flags", filter=Q(flags__resolved_at__isnull=True)))
 
-    def get_ordering(self, request: HttpRequest) -> list[str]:
+    def get_ordering(self, request: HttpRequest) -> Any:
         # The review queue (pending entries) is worked oldest first.
         if request.GET.get("state") == State.PENDING:
             return ["state_changed_at", "id"]
-        return list(self.ordering)
+        return self.ordering
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.is_curator(request) or super().has_module_permission(request)
@@ -171,9 +170,9 @@ class EntryAdmin(TenantScopedAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict | None = None
     ) -> HttpResponse:
-        if request.method not in ("GET", "HEAD"):
-            return HttpResponseNotAllowed(["GET", "HEAD"])
         entry = self._visible(request, object_id)
+        if request.method not in ("GET", "HEAD"):
+            raise PermissionDenied  # an entry changes by decisions only (the form below posts to decide/)
         role = self.role(request, entry)
         versions = list(CardVersion.objects.filter(entry=entry).order_by("-number").defer("raw"))
         current = entry.current_version

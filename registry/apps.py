@@ -22,7 +22,7 @@ class RegistryConfig(AppConfig):
             def send() -> None:
                 try:
                     tasks.sync_hosted_entry.delay(agent_id)
-                except Exception:  # the broker is away: the beat job's sweep makes the entry later
+                except Exception:  # noqa: BLE001 - the broker is away: the beat job makes the entry later
                     logging.getLogger(__name__).warning("registry: could not enqueue the entry of agent %s", agent_id)
 
             transaction.on_commit(send)

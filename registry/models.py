@@ -66,12 +66,8 @@ class EntryQuerySet(models.QuerySet["Entry"]):
 
 class Entry(models.Model):
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="registry_entries"
-    )
-    agent = models.OneToOneField(
-        Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="registry_entry"
-    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="registry_entries")
+    agent = models.OneToOneField(Agent, on_delete=models.CASCADE, null=True, blank=True, related_name="registry_entry")
     submitted_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="registry_entries"
     )

@@ -11,7 +11,7 @@ from typing import Any, Literal
 import orjson
 from django.contrib.postgres.search import SearchQuery, SearchRank
 from django.db import connection
-from django.db.models import Count, F, IntegerField, Q, QuerySet
+from django.db.models import Count, F, IntegerField, Q, QuerySet, Value
 from django.db.models.functions import Cast
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -51,9 +51,10 @@ def can_manage(user: Any, entry: Entry) -> bool:
         return False
     if entry.submitted_by_id == user.pk:
         return True
-    return entry.tenant_id is not None and Membership.objects.filter(
-        user=user, tenant_id=entry.tenant_id, role__in=("operator", "owner")
-    ).exists()
+    return (
+        entry.tenant_id is not None
+        and Membership.objects.filter(user=user, tenant_id=entry.tenant_id, role__in=("operator", "owner")).exists()
+    )
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def entry_search(search: Search, *, base: QuerySet[Entry] | None = None) -> Quer
                 | Q(description__icontains=text)
                 | Q(pk__in=Facet.objects.filter(value__icontains=text).values("entry_id"))
             )
-        qs = qs.annotate(rank=Cast(0, IntegerField()))
+        qs = qs.annotate(rank=Value(0, output_field=IntegerField()))
     if search.ordering == "relevance":
         return qs.order_by("-rank", "-id")
     return qs.order_by(F("listed_at").desc(nulls_last=True), "-id")
@@ -246,9 +247,11 @@ def uptimes(entry: Entry, *, now: datetime | None = None) -> dict[str, float | N
 def latency_median(entry: Entry, *, days: int = 1) -> float | None:
     since = timezone.now() - timedelta(days=days)
     values = sorted(
-        HealthCheck.objects.filter(entry=entry, at__gte=since, latency_ms__isnull=False).values_list(
+        v
+        for v in HealthCheck.objects.filter(entry=entry, at__gte=since, latency_ms__isnull=False).values_list(
             "latency_ms", flat=True
         )
+        if v is not None
     )
     return float(values[len(values) // 2]) if values else None
 
@@ -271,4 +274,3 @@ def facet_counts(qs: QuerySet[Entry], kind: str, *, limit: int = 30) -> list[tup
         .order_by("-n", "value")[:limit]
     )
     return [(r["value"], r["n"]) for r in rows]
-

@@ -25,7 +25,6 @@ from accounts.models import Agent, Tenant
 from protocols import dialects
 
 from . import cards, probe, proofs
-from .selectors import facet_value
 from .models import (
     CardVersion,
     Decision,
@@ -39,6 +38,7 @@ from .models import (
     ProofMethod,
     State,
 )
+from .selectors import facet_value
 
 User = AbstractBaseUser | AnonymousUser
 Role = Literal["owner", "curator", "system"]
@@ -100,7 +100,7 @@ def _read(document: dict[str, Any], *, raw: str, fetched_from: str, etag: str = 
     problems = cards.validate(document, version)
     if problems:
         raise cards.CardRejected(problems)
-    checks = cards.verify_signatures(document) if document.get("signatures") else []
+    checks = cards.verify_signatures(document, card_url=fetched_from) if document.get("signatures") else []
     return ReadCard(
         fetched_from=fetched_from,
         raw=raw,
@@ -161,22 +161,6 @@ def _facets(index: dict[str, Any]) -> list[tuple[str, str]]:
     return unique
 
 
-def search_blocks(index: dict[str, Any]) -> dict[str, str]:
-    """The text an entry is found by, by weight: A its name, B its skills' names, tags and
-    provider, C the descriptions, D the skills' examples."""
-    skills = [s for s in index.get("skills", ()) if isinstance(s, dict)]
-
-    def words(*values: Any) -> str:
-        return " ".join(str(v) for v in values if v)[:100_000]
-
-    return {
-        "A": words(index.get("name")),
-        "B": words(*(s.get("name") for s in skills), *index.get("tags", ()), index.get("provider_organization")),
-        "C": words(index.get("description"), *(s.get("description") for s in skills)),
-        "D": words(*(e for s in skills for e in s.get("examples", ()))),
-    }
-
-
 def _reindex(entry: Entry) -> None:
     """Copy the shown version (the approved one, else the latest) into the entry's columns,
     facets and search vector. Inside the caller's transaction."""
@@ -207,8 +191,8 @@ def _reindex(entry: Entry) -> None:
     Facet.objects.filter(entry=entry).delete()
     Facet.objects.bulk_create([Facet(entry=entry, kind=k, value=v) for k, v in _facets(index)])
     if connection.vendor == "postgresql":
-        blocks = search_blocks(index)
-        vector = None
+        blocks = cards.search_text(cards.normalise(shown.document, shown.dialect))  # type: ignore[arg-type]
+        vector: Any = None
         for weight in ("A", "B", "C", "D"):
             part = SearchVector(Value(blocks.get(weight, "")), config="english", weight=weight)
             vector = part if vector is None else vector + part
@@ -339,9 +323,7 @@ def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.Proo
 # --- decisions ------------------------------------------------------------------------
 
 
-def entry_decide(
-    *, entry: Entry, to: str, actor: Any, role: Role, reason: str = "", version_hash: str = ""
-) -> Entry:
+def entry_decide(*, entry: Entry, to: str, actor: Any, role: Role, reason: str = "", version_hash: str = "") -> Entry:
     """Move an entry to state `to` as `role` (the caller checked the role is the actor's).
     Approving pins the current card version; `version_hash`, when given, must still be the
     current card's (the curator approves what they looked at, not a card that changed since)."""
@@ -350,12 +332,14 @@ def entry_decide(
         raise RegistryError(f"a reason is required to make an entry {to}")
     now = timezone.now()
     with transaction.atomic():
-        locked = Entry.objects.select_for_update().select_related("current_version").get(pk=entry.pk)
+        locked = Entry.objects.select_for_update(of=("self",)).select_related("current_version").get(pk=entry.pk)
         roles = TRANSITIONS.get((locked.state, to))
         if roles is None:
             raise RegistryError(f"an entry cannot go from {locked.state} to {to}", code="conflict")
         if role not in roles:
-            raise RegistryError(f"only {' or '.join(sorted(roles))} may move an entry from {locked.state} to {to}", code="forbidden")
+            raise RegistryError(
+                f"only {' or '.join(sorted(roles))} may move an entry from {locked.state} to {to}", code="forbidden"
+            )
         current = locked.current_version
         if to == State.PENDING and locked.domain_verified_at is None:
             raise RegistryError("prove control of the card's domain first (see proof instructions)")
@@ -369,7 +353,9 @@ def entry_decide(
                     "the card changed since it was shown to you: review the new version", code="conflict"
                 )
             if locked.state == State.DEPRECATED and locked.approved_version_id != current.pk:
-                raise RegistryError("the card changed since it was approved: it goes through review first", code="conflict")
+                raise RegistryError(
+                    "the card changed since it was approved: it goes through review first", code="conflict"
+                )
         _decide(locked, to=to, actor=actor, reason=reason or _default_reason(to), version=current, at=now)
         if to == State.APPROVED:
             locked.approved_version = current
@@ -380,7 +366,8 @@ def entry_decide(
 
 
 def _default_reason(to: str) -> str:
-    return {State.APPROVED: "approved", State.PENDING: "submitted for review"}.get(to, to)
+    defaults: dict[str, str] = {State.APPROVED: "approved", State.PENDING: "submitted for review"}
+    return defaults.get(to, to)
 
 
 # --- flags ------------------------------------------------------------------------------
@@ -434,11 +421,19 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
                 next_check_at=now,
             )
             version = _add_version(entry, card, at=now)
-            _decide(entry, to=State.PENDING, actor=None, reason="hosted here: submitted for review", version=version, at=now)
+            _decide(
+                entry, to=State.PENDING, actor=None, reason="hosted here: submitted for review", version=version, at=now
+            )
             _reindex(entry)
         else:
             _apply_card(entry, card, at=now)
-        _set_health(entry, ok=agent.is_active, at=now, card_ok=True, detail="" if agent.is_active else "the agent is switched off")
+        _set_health(
+            entry,
+            ok=agent.is_active,
+            at=now,
+            card_ok=True,
+            detail="" if agent.is_active else "the agent is switched off",
+        )
     return entry
 
 
@@ -488,17 +483,27 @@ def entry_check(*, entry_id: int, now: datetime | None = None) -> HealthCheck | 
     Safe to run twice: a check within half an interval of the last one is skipped."""
     now = now or timezone.now()
     gap = timedelta(seconds=settings.REGISTRY_CHECK_INTERVAL / 2)
-    claimed = Entry.objects.filter(pk=entry_id).filter(
-        Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=now - gap)
-    ).update(last_checked_at=now)
+    claimed = (
+        Entry.objects.filter(pk=entry_id)
+        .filter(Q(last_checked_at__isnull=True) | Q(last_checked_at__lte=now - gap))
+        .update(last_checked_at=now)
+    )
     if not claimed:
         return None
     entry = Entry.objects.select_related("agent").get(pk=entry_id)
-    if entry.kind == Kind.HOSTED:
-        hosted_entry_sync(agent_id=entry.agent_id)  # type: ignore[arg-type]
+    if entry.agent is not None:
+        hosted_entry_sync(agent_id=entry.agent.pk)
         entry.refresh_from_db()
-        return _record_check(entry, at=now, card_ok=True, endpoint_ok=entry.agent.is_active, status=None, latency=0,
-                             detail="" if entry.agent.is_active else "the agent is switched off")
+        assert entry.agent is not None
+        return _record_check(
+            entry,
+            at=now,
+            card_ok=True,
+            endpoint_ok=entry.agent.is_active,
+            status=None,
+            latency=0,
+            detail="" if entry.agent.is_active else "the agent is switched off",
+        )
     card: ReadCard | None = None
     detail = ""
     try:
@@ -514,7 +519,11 @@ def entry_check(*, entry_id: int, now: datetime | None = None) -> HealthCheck | 
     elif not result.ok:
         detail = "; ".join(filter(None, [detail, f"endpoint: {result.detail}"]))
     with transaction.atomic():
-        locked = Entry.objects.select_for_update().select_related("current_version", "approved_version").get(pk=entry_id)
+        locked = (
+            Entry.objects.select_for_update(of=("self",))
+            .select_related("current_version", "approved_version")
+            .get(pk=entry_id)
+        )
         if card is not None:
             _apply_card(locked, card, at=now)
         return _record_check(
@@ -529,7 +538,14 @@ def entry_check(*, entry_id: int, now: datetime | None = None) -> HealthCheck | 
 
 
 def _record_check(
-    entry: Entry, *, at: datetime, card_ok: bool, endpoint_ok: bool, status: int | None, latency: int | None, detail: str
+    entry: Entry,
+    *,
+    at: datetime,
+    card_ok: bool,
+    endpoint_ok: bool,
+    status: int | None,
+    latency: int | None,
+    detail: str,
 ) -> HealthCheck:
     check = HealthCheck.objects.create(
         entry=entry,
@@ -577,5 +593,3 @@ def hosted_entries_sync() -> int:
     for agent_id in missing:
         hosted_entry_sync(agent_id=agent_id)
     return len(missing)
-
-

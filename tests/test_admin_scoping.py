@@ -28,6 +28,8 @@ from django.utils import timezone
 from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 from accounts.services import api_key_create, member_add, oidc_issuer_set, tenant_ensure
 from push.models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
+from registry import services as registry_services
+from registry.models import Entry, Flag
 from tasks_app.models import Task, TaskEvent
 from tests.conftest import make_agent
 
@@ -49,6 +51,8 @@ class Side:
     delivery: PushDelivery
     issuer: OidcIssuer
     membership: Membership
+    entry: Entry
+    flag: Flag
 
     @property
     def path(self) -> str:
@@ -92,6 +96,9 @@ def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
         jwks_url=f"https://id.{tenant.slug}.example/jwks",
     )
     user = get_user_model().objects.create_user(member, password=PASSWORD)
+    entry = registry_services.hosted_entry_sync(agent_id=agent.pk)
+    assert entry is not None
+    flag = registry_services.entry_flag(entry=entry, user=user, reason=f"{tenant.slug}-flag")
     return Side(
         tenant=tenant,
         agent=agent,
@@ -102,6 +109,8 @@ def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
         delivery=delivery,
         issuer=issuer,
         membership=member_add(tenant=tenant, user=user, role=Role.OWNER),
+        entry=entry,
+        flag=flag,
     )
 
 
@@ -215,6 +224,11 @@ PAGES = {
     "tasks": Page("tasks_app/task", lambda s: s.task.pk, lambda s: str(s.task.pk)),
     "push configs": Page("push/pushconfig", lambda s: s.config.pk, lambda s: s.config.config_id),
     "push deliveries": Page("push/pushdelivery", lambda s: s.delivery.pk, lambda s: s.delivery.event_id_text),
+    # The directory: entries change by decisions (tests/test_registry_admin.py), never by a form.
+    "registry entries": Page(
+        "registry/entry", lambda s: s.entry.pk, lambda s: s.entry.name, delete=frozenset({SUPERUSER})
+    ),
+    "registry flags": Page("registry/flag", lambda s: s.flag.pk, lambda s: s.flag.reason),
 }
 
 

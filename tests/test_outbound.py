@@ -270,3 +270,14 @@ def test_retry_after_may_be_an_http_date():
 
     now = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
     assert client.retry_after_seconds("Thu, 01 Jan 2026 12:00:30 GMT", now=now) == 30.0
+
+
+def test_an_internationalised_host_is_sent_as_its_a_labels(dns, receiver):
+    # Host and SNI carry the ASCII form: httpx cannot encode the Unicode one (it raised
+    # UnicodeEncodeError, which no caller expected).
+    dns["xn--bcher-kva.example"] = ["127.0.0.1"]
+    destination = ssrf.check(f"http://bücher.example:{receiver.port}/hook")
+    assert destination is not None and destination.host == "xn--bcher-kva.example"
+    response = client.post(destination, body=b"{}", headers={}, timeout=2, max_body=100)
+    assert response.status == 200
+    assert receiver.requests[-1].headers["host"] == f"xn--bcher-kva.example:{receiver.port}"
