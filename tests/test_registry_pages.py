@@ -600,7 +600,7 @@ def _cursor(order: str, first: Any, last: Any) -> str:
     ("query", "status"),
     [
         ({"cursor": _cursor("recent", "2026-13-45T00:00:00", 5)}, 400),  # a date that is no date
-        ({"cursor": _cursor("recent", "2026-01-01T00:00:00", 2**64 - 1)}, 200),
+        ({"cursor": _cursor("recent", "2026-01-01T00:00:00+00:00", 2**64 - 1)}, 200),
         ({"cursor": _cursor("recent", None, -(2**63))}, 200),
         ({"q": "weather", "cursor": _cursor("relevance", 2**64 - 1, 2**64 - 1)}, 200),
         ({"q": "weather", "cursor": _cursor("relevance", -(2**63), 1)}, 200),
