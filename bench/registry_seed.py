@@ -12,7 +12,7 @@ generator). Nothing goes through the network.
 
 Each entry is a remote agent with an A2A 1.0 card normalised by registry.cards, one card
 version, approved (a decision) and indexed the way registry.services._reindex indexes it: the
-columns, the facets (services._facets) and the weighted search vector (services.search_blocks,
+columns, the facets (services._facets) and the weighted search vector (cards.search_text,
 turned into a tsvector by the same SQL SearchVector renders), all by bulk inserts and one
 UPDATE per batch. The mix: 30 topics (invoices, translation, weather...), 400 providers,
 1-4 skills a card with tags and examples, modes, bindings (JSONRPC 75%, HTTP+JSON 50%, GRPC
@@ -488,11 +488,13 @@ def seed(count: int) -> None:
     now = timezone.now()
     for first in range(0, count, BATCH):
         size = min(BATCH, count - first)
-        documents, indexes, entries = [], [], []
+        documents, indexes, entries, texts = [], [], [], []
         for i in range(first, first + size):
             provider = makers[int(rng.paretovariate(1.2)) % len(makers)]  # a few big providers, a long tail
             document = card(rng, i, provider)
-            index = dataclasses.asdict(cards.normalise(document, "1.0"))
+            normalised = cards.normalise(document, "1.0")
+            index = dataclasses.asdict(normalised)
+            texts.append(cards.search_text(normalised))
             signed = rng.random() < 0.2
             state = _weighted(rng, ((State.APPROVED, 92), (State.DEPRECATED, 4), (State.PENDING, 4)))
             health = _weighted(rng, HEALTH)
@@ -550,8 +552,7 @@ def seed(count: int) -> None:
                 for kind, value in services._facets(index)
             )
             blocks = io.StringIO()
-            for entry, index in zip(entries, indexes, strict=True):
-                b = services.search_blocks(index)
+            for entry, b in zip(entries, texts, strict=True):
                 row = [str(entry.pk), b["A"], b["B"], b["C"], b["D"]]
                 blocks.write("\t".join(v.replace("\\", " ").replace("\t", " ").replace("\n", " ") for v in row) + "\n")
             with connection.cursor() as cur:
