@@ -102,6 +102,8 @@ if tcp_up "$HOST" "$PORT"; then
 fi
 
 # --- 3. migrate, seed, start ---------------------------------------------------
+# Hosted agents' cards in the directory name this server.
+export REGISTRY_HOSTED_BASE_URL="${REGISTRY_HOSTED_BASE_URL:-http://$HOST:$PORT}"
 log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
@@ -109,6 +111,9 @@ log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 log "seeding the demo tenant (manage.py seed_demo --json)"
 "$VPY" manage.py seed_demo --json >"$RUN_DIR/seed.json" 2>"$RUN_DIR/seed.log" \
   || { show_log "$RUN_DIR/seed.log"; die "manage.py seed_demo failed"; }
+# The directory lists hosted agents once a curator approves them; the demo's are approved here.
+"$VPY" manage.py approve_entries demo --reason "the demo agents, listed by make run" >>"$RUN_DIR/seed.log" 2>&1 \
+  || { show_log "$RUN_DIR/seed.log"; die "manage.py approve_entries failed"; }
 
 # seed_demo prints one JSON object; tolerate stray lines around it. Emits
 # shell-safe assignments: API_KEY, KEY_HEADER, AGENT_NAMES, AGENT_<name>.
@@ -195,6 +200,8 @@ done
   done
   echo
   echo "  API key (header $KEY_HEADER): $API_KEY"
+  echo
+  echo "  Directory: $BASE/registry/   API: $BASE/api/registry/agents/   schema: $BASE/api/schema/"
   echo
   echo "  Try:"
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"

@@ -40,3 +40,28 @@ def test_the_embedded_mode_answers_a_blocking_send_message_and_get_task(tmp_path
     assert sent["artifacts"][0]["parts"] == [{"text": "echo: hi"}]
     assert fetched["id"] == sent["id"] and fetched["artifacts"] == sent["artifacts"]
     assert [m["role"] for m in fetched["history"]] == ["ROLE_USER"]
+
+
+REGISTRY_SCRIPT = r"""
+import json
+import django
+django.setup()
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+call_command("seed_demo")
+call_command("approve_entries", "demo")
+client = Client()
+api = client.get("/api/registry/agents/", {"q": "echo", "binding": "JSONRPC"})
+page = client.get("/registry/", {"q": "echo"})
+print(json.dumps({"api": api.status_code, "names": [e["name"] for e in api.json()["results"]],
+                  "page": page.status_code, "page_has_echo": "echo" in page.content.decode().lower()}))
+"""
+
+
+def test_the_embedded_mode_lists_and_searches_the_directory_without_postgres(tmp_path):
+    # SQLite has no full-text search: words are matched with LIKE, filters the same way.
+    result = run_embedded(REGISTRY_SCRIPT, tmp_path)
+    assert result["api"] == 200 and "Echo" in result["names"]
+    assert result["page"] == 200 and result["page_has_echo"]
