@@ -23,6 +23,7 @@ from django.core.cache import cache
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from . import selectors
 from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, State
@@ -116,6 +117,7 @@ def _text(value: Any) -> str:
 # --- the directory ------------------------------------------------------------------------
 
 
+@require_safe
 def directory(request: HttpRequest) -> HttpResponse:
     try:
         search = search_from_query(request.GET)
@@ -231,6 +233,7 @@ def _health_class(health: str) -> str:
 # --- one entry ------------------------------------------------------------------------------
 
 
+@require_safe
 def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
     user = request.user
     entry = (

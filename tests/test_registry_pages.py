@@ -591,6 +591,13 @@ def test_a_bad_query_string_gets_a_400_page_that_says_what_is_wrong(client, quer
     assert "<h1>This search cannot be run</h1>" in html and "Back to the directory" in html
 
 
+@pytest.mark.django_db
+def test_the_pages_are_read_only(client, planner):
+    for url in (DIRECTORY, f"/registry/{planner.pk}/"):
+        assert client.post(url).status_code == 405
+        assert client.head(url).status_code == 200
+
+
 def _cursor(order: str, first: Any, last: Any) -> str:
     return base64.urlsafe_b64encode(orjson.dumps({"o": order, "k": [first, last]})).decode().rstrip("=")
 
