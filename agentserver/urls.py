@@ -9,6 +9,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("api/", include("registry.api.urls")),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
+    path("registry/", include("registry.urls")),
     path("", include(routes.urlpatterns)),
 ]
 

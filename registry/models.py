@@ -104,6 +104,8 @@ class Entry(models.Model):
     consecutive_failures = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     next_check_at = models.DateTimeField(null=True, blank=True)
+    # Search lists newest first by (listed_at DESC NULLS LAST, id DESC): migration 0008 indexes
+    # exactly that on Postgres (SQLite cannot declare NULLS LAST in an index).
     listed_at = models.DateTimeField(null=True, blank=True, help_text="When it was first approved.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -133,7 +135,6 @@ class Entry(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["-listed_at", "-id"], name="registry_entry_recent"),
             models.Index(fields=["state", "state_changed_at"], name="registry_entry_queue"),
             models.Index(fields=["next_check_at"], name="registry_entry_due"),
         ]

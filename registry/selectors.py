@@ -182,8 +182,11 @@ def page(qs: QuerySet[Entry], *, order: Order, cursor: str | None, size: int) ->
                 raise BadCursor("the cursor is damaged: start again without it")
             qs = qs.filter(Q(rank__lt=first) | Q(rank=first, pk__lt=last_id))
         else:
-            at = parse_datetime(first) if isinstance(first, str) else None
-            if first is not None and at is None:
+            try:
+                at = parse_datetime(first) if isinstance(first, str) else None
+            except ValueError:  # well formed, but no such moment (month 13)
+                at = None
+            if first is not None and (at is None or at.tzinfo is None):
                 raise BadCursor("the cursor is damaged: start again without it")
             if at is None:
                 qs = qs.filter(listed_at__isnull=True, pk__lt=last_id)
