@@ -287,6 +287,9 @@ CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
     "schedule": env.float("REGISTRY_CHECK_EVERY", default=60.0),
 }
 
+# Submissions, proofs, flags, decisions and token requests per user (else per address) in the
+# REST API: "<n>/<sec|min|hour|day>", empty for none. Counted per process (Django's cache).
+REGISTRY_WRITE_RATE = env.str("REGISTRY_WRITE_RATE", default="60/min")
 # The registry's REST API: tokens for programs (rest_framework.authtoken; `manage.py
 # drf_create_token`, or POST /api/registry/token/), the session for the browsable pages.
 REST_FRAMEWORK = {

@@ -186,7 +186,9 @@ def page(qs: QuerySet[Entry], *, order: Order, cursor: str | None, size: int) ->
                 at = parse_datetime(first) if isinstance(first, str) else None
             except ValueError:  # well formed, but no such moment (month 13)
                 at = None
-            if first is not None and (at is None or at.tzinfo is None):
+            # Cursors made here carry UTC (listed_at is stored so): any other offset is forged,
+            # and some (year 9999 at -23:59) Postgres cannot even compare.
+            if first is not None and (at is None or at.utcoffset() != timedelta(0)):
                 raise BadCursor("the cursor is damaged: start again without it")
             if at is None:
                 qs = qs.filter(listed_at__isnull=True, pk__lt=last_id)
@@ -206,10 +208,20 @@ def page(qs: QuerySet[Entry], *, order: Order, cursor: str | None, size: int) ->
 # --- one entry --------------------------------------------------------------------------
 
 
+def sees_everything_of(user: Any, entry: Entry) -> bool:
+    """Whether `user` sees all of an entry (every version, its decisions): curators, its
+    submitter and every member of its tenant, viewers included (as entries_visible_to)."""
+    if not (user and user.is_authenticated):
+        return False
+    if is_curator(user) or entry.submitted_by_id == user.pk:
+        return True
+    return entry.tenant_id is not None and Membership.objects.filter(user=user, tenant_id=entry.tenant_id).exists()
+
+
 def shown_version(entry: Entry, *, user: Any = None) -> CardVersion | None:
     """The card a caller sees: the approved one for the public, the latest for its owners and
     curators."""
-    if entry.approved_version_id and not (is_curator(user) or can_manage(user, entry)):
+    if entry.approved_version_id and not sees_everything_of(user, entry):
         return entry.approved_version
     return entry.current_version or entry.approved_version
 
@@ -218,7 +230,7 @@ def versions_of(entry: Entry, *, user: Any = None) -> QuerySet[CardVersion]:
     """Card versions a caller may see: all for owners and curators, up to the approved one
     for the public (a newer card not yet approved is not public)."""
     qs = CardVersion.objects.filter(entry=entry).order_by("-number")
-    if not (is_curator(user) or can_manage(user, entry)):
+    if not sees_everything_of(user, entry):
         approved = entry.approved_version.number if entry.approved_version else 0
         qs = qs.filter(number__lte=approved)
     return qs
@@ -277,22 +289,3 @@ def facet_counts(qs: QuerySet[Entry], kind: str, *, limit: int = 30) -> list[tup
         .order_by("-n", "value")[:limit]
     )
     return [(r["value"], r["n"]) for r in rows]
-
-
-# --- added by the API (registry/api): a cursor checked before `page` uses it ------------
-
-
-def cursor_check(cursor: str, order: Order) -> None:
-    """BadCursor unless `cursor` is a key `page` could have made for `order`: a client may send
-    anything, and a date `page` cannot parse (month 13, an offset of 99 hours) or Postgres
-    cannot compare (year 9999 at -23:59) must be a refusal, not a server error. Cursors `page`
-    makes carry a UTC time (listed_at is stored in UTC) or null, then an id."""
-    first, _ = _decode(cursor, order)
-    if order == "relevance" or first is None:
-        return
-    try:
-        at = parse_datetime(first) if isinstance(first, str) else None
-    except ValueError:
-        at = None
-    if at is None or at.utcoffset() != timedelta(0):
-        raise BadCursor("the cursor is damaged: start again without it")

@@ -75,8 +75,15 @@ REASON_REQUIRED = frozenset({State.REJECTED, State.SUSPENDED, State.DEPRECATED})
 
 
 def allowed_targets(entry: Entry, role: Role) -> list[str]:
-    """The states `role` may move `entry` to now (for forms and the API's links)."""
-    return [to for (frm, to), roles in TRANSITIONS.items() if frm == entry.state and role in roles]
+    """The states `role` may move `entry` to now (for forms and the API's links): review and
+    approval only once the domain is proven."""
+    return [
+        to
+        for (frm, to), roles in TRANSITIONS.items()
+        if frm == entry.state
+        and role in roles
+        and (entry.domain_verified_at is not None or to not in (State.PENDING, State.APPROVED))
+    ]
 
 
 # --- reading a card (network I/O: outside any transaction) ------------------------------

@@ -250,7 +250,7 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
             {"title": "No such agent", "message": f"There is no agent {pk} in the directory.", "nav": "directory"},
             status=404,
         )
-    manager = selectors.is_curator(user) or selectors.can_manage(user, entry)
+    manager = selectors.sees_everything_of(user, entry)
     version = selectors.shown_version(entry, user=user if manager else None)
     versions = list(
         selectors.versions_of(entry, user=user if manager else None).only(

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 import orjson
 import pytest
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -586,7 +587,8 @@ def test_submitting_a_card_url_answers_201_with_the_entry_and_its_proof_instruct
     assert response["Location"] == body["url"] == f"http://testserver/api/registry/agents/{entry.pk}/"
     assert body["state"] == "draft" and body["name"] == "Route Planner" and body["tags"] == ["cycling"]
     assert body["card_url"] == site.url("/.well-known/agent-card.json", host=HOST)
-    assert body["verified"] is False and body["allowed_transitions"] == ["pending"]
+    # Nothing to do but prove the domain: review comes after.
+    assert body["verified"] is False and body["allowed_transitions"] == []
     assert body["proof"]["verified"] is False and body["proof"]["token"] == entry.proof_token
     assert body["proof"]["instructions"]["http_url"] == site.url(proofs.WELL_KNOWN_PATH, host=HOST)
     assert body["proof"]["instructions"]["http_content"] == f"{proofs.TOKEN_PREFIX}{entry.proof_token}"
@@ -827,3 +829,22 @@ def test_seeded_entries_are_valid_cards_indexed_as_the_services_index_them(db):
     assert [getattr(a, c) for c in columns] == [getattr(b, c) for c in columns]
     assert facets(a) == facets(b) and facets(a)
     assert vector(a) == vector(b) and vector(a)
+
+
+@pytest.mark.django_db
+def test_writes_are_rationed_per_user_with_retry_after_and_reads_are_not(client, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.REGISTRY_WRITE_RATE = "2/min"
+    user = get_user_model().objects.create_user("rationed")
+    token = Token.objects.create(user=user)
+    headers = {"Authorization": f"Token {token.key}"}
+    answers = [
+        client.post("/api/registry/agents/", data=b"{}", content_type="application/json", headers=headers)
+        for _ in range(3)
+    ]
+    assert [a.status_code for a in answers] == [400, 400, 429]
+    assert int(answers[-1]["Retry-After"]) > 0 and "detail" in answers[-1].json()
+    assert client.get("/api/registry/agents/", headers=headers).status_code == 200
+    cache.clear()

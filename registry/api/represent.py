@@ -190,7 +190,7 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
             "allowed_transitions": None,
         }
     )
-    if role is not None:
+    if selectors.sees_everything_of(user, entry):
         data["decisions"] = [
             {
                 "from_state": d.from_state,
@@ -202,6 +202,7 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
             }
             for d in selectors.decisions_of(entry).defer(*VERSION_HEAVY)
         ]
+    if role is not None:
         data["proof"] = proof(entry)
         data["allowed_transitions"] = services.allowed_targets(entry, role)
     return data

@@ -29,6 +29,7 @@ from ..models import Entry, State
 from . import represent
 from . import serializers as s
 from .errors import NOT_FOUND, StrictJSONParser, exception_handler
+from .throttles import WriteThrottle
 
 TAG = "registry"
 
@@ -41,6 +42,7 @@ def _errors(*codes: int) -> dict[int, Any]:
         404: NOT_FOUND,
         409: "Conflicts with the entry's state or an earlier request.",
         413: "The body is too large.",
+        429: "Too many writes from this caller (REGISTRY_WRITE_RATE): try again after Retry-After seconds.",
         502: "The agent's card or domain could not be read.",
     }
     return {code: OpenApiResponse(s.ErrorOut, description=what[code]) for code in codes}
@@ -49,6 +51,7 @@ def _errors(*codes: int) -> dict[int, Any]:
 class RegistryView(APIView):
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
+    throttle_classes = [WriteThrottle]
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -141,8 +144,6 @@ class AgentsView(RegistryView):
             .defer(*represent.LIST_DEFERRED)
         )
         try:
-            if v.get("cursor"):
-                selectors.cursor_check(v["cursor"], search.ordering)
             found = selectors.page(qs, order=search.ordering, cursor=v.get("cursor"), size=v["page_size"])
         except selectors.BadCursor as exc:
             raise exceptions.ValidationError({"cursor": [str(exc)]}) from None
@@ -162,7 +163,7 @@ class AgentsView(RegistryView):
         description="The card is fetched, validated and kept as version 1; the entry starts as a draft. "
         "Publish the token as `proof.instructions` say, then POST verify: a proven domain goes to review.",
         request=s.SubmitIn,
-        responses={201: s.EntryOut, **_errors(400, 401, 403, 409, 413, 502)},
+        responses={201: s.EntryOut, **_errors(400, 401, 403, 409, 413, 429, 502)},
     )
     def post(self, request: Request) -> Response:
         v = _valid(s.SubmitIn, request.data)
@@ -221,7 +222,7 @@ class VerifyView(RegistryView):
         "proven and a draft goes to review. Not found is still 200, with `verified: false` and what was "
         "found in `detail`.",
         request=s.VerifyIn,
-        responses={200: s.VerifyOut, **_errors(400, 401, 403, 404, 413)},
+        responses={200: s.VerifyOut, **_errors(400, 401, 403, 404, 413, 429)},
     )
     def post(self, request: Request, pk: int) -> Response:
         entry = visible(request, pk)
@@ -242,7 +243,7 @@ class TransitionView(RegistryView):
         description="Owners submit for review, deprecate and un-deprecate; curators also approve, reject, "
         "suspend and reinstate. A reason is required to reject, suspend or deprecate. Answers the entry.",
         request=s.TransitionIn,
-        responses={200: s.EntryOut, **_errors(400, 401, 403, 404, 409, 413)},
+        responses={200: s.EntryOut, **_errors(400, 401, 403, 404, 409, 413, 429)},
     )
     def post(self, request: Request, pk: int) -> Response:
         entry = visible(request, pk)
@@ -267,7 +268,7 @@ class FlagView(RegistryView):
         summary="Flag an entry for the curators",
         description="Anyone signed in who can see the entry; one open flag per user and entry (a second is 409).",
         request=s.FlagIn,
-        responses={201: s.FlagOut, **_errors(400, 401, 403, 404, 409, 413)},
+        responses={201: s.FlagOut, **_errors(400, 401, 403, 404, 409, 413, 429)},
     )
     def post(self, request: Request, pk: int) -> Response:
         entry = visible(request, pk)
@@ -282,6 +283,7 @@ class TokenView(ObtainAuthToken):
 
     parser_classes = (StrictJSONParser,)
     renderer_classes = (JSONRenderer,)
+    throttle_classes = (WriteThrottle,)
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -292,7 +294,7 @@ class TokenView(ObtainAuthToken):
         summary="A token for your username and password",
         description="The same token every time (until it is deleted in the admin).",
         request=s.TokenIn,
-        responses={200: s.TokenOut, **_errors(400, 413)},
+        responses={200: s.TokenOut, **_errors(400, 413, 429)},
         auth=[],
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
