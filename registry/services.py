@@ -59,7 +59,8 @@ class RegistryError(ValueError):
 TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
     (State.DRAFT, State.PENDING): frozenset({"owner", "curator", "system"}),
     (State.REJECTED, State.PENDING): frozenset({"owner", "curator"}),
-    (State.PENDING, State.APPROVED): frozenset({"curator"}),
+    # The server approves only a card that went back to the very version a curator approved.
+    (State.PENDING, State.APPROVED): frozenset({"curator", "system"}),
     (State.PENDING, State.REJECTED): frozenset({"curator"}),
     (State.PENDING, State.SUSPENDED): frozenset({"curator"}),
     (State.APPROVED, State.PENDING): frozenset({"system"}),
@@ -445,10 +446,37 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
 
 
 def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | None:
-    """Keep a card that differs from the current one as a new version; an approved entry
-    goes back to review (its approved version stays listed). Inside a transaction, row locked."""
+    """Make `card` the entry's current one: a card seen before (the same canonical hash) is
+    that version again, any other is kept as a new one. An approved entry whose card changed
+    goes back to review (its approved version stays listed); one whose card is the approved
+    one again, with nothing decided since the server sent it to review, is approved again.
+    Inside a transaction, row locked. The version made, or None."""
     current = entry.current_version
     if current is not None and current.hash == card.hash:
+        return None
+    earlier = entry.versions.filter(hash=card.hash).order_by("-number").first()
+    if earlier is not None:
+        entry.current_version = earlier
+        entry.save(update_fields=["current_version", "updated_at"])
+        last = entry.decisions.order_by("-at", "-id").first()
+        reverted = (
+            earlier.pk == entry.approved_version_id
+            and entry.state == State.PENDING
+            and last is not None
+            and last.actor_id is None
+            and last.from_state == State.APPROVED
+        )
+        if reverted:
+            _decide(
+                entry,
+                to=State.APPROVED,
+                actor=None,
+                reason=f"the card is the approved version {earlier.number} again",
+                version=earlier,
+                at=at,
+            )
+        if entry.approved_version_id is None:
+            _reindex(entry)
         return None
     version = _add_version(entry, card, at=at)
     if entry.state == State.APPROVED:

@@ -320,3 +320,31 @@ def test_who_may_do_what_is_one_table(server, alice):
         [State.APPROVED, State.REJECTED, State.SUSPENDED]
     )
     assert services.allowed_targets(entry, "owner") == []
+
+
+def test_a_card_changed_and_changed_back_is_the_approved_version_again_and_approved(server, alice, curator):
+    entry = submitted(server, alice)
+    prove(server, entry)
+    services.entry_decide(entry=entry, to=State.APPROVED, actor=curator, role="curator")
+    serve_card(server, description="A passing change.")
+    check_now(entry)
+    serve_card(server)  # as approved
+    check_now(entry)
+    entry.refresh_from_db()
+    assert entry.state == State.APPROVED and entry.current_version == entry.approved_version
+    assert entry.versions.count() == 2
+    assert entry.decisions.first().reason == "the card is the approved version 1 again"
+
+
+def test_a_card_back_to_its_approved_version_after_a_curator_s_decision_waits_for_a_curator(server, alice, curator):
+    entry = submitted(server, alice)
+    prove(server, entry)
+    services.entry_decide(entry=entry, to=State.APPROVED, actor=curator, role="curator")
+    services.entry_decide(entry=entry, to=State.SUSPENDED, actor=curator, role="curator", reason="checking")
+    services.entry_decide(entry=entry, to=State.PENDING, actor=curator, role="curator")
+    serve_card(server, description="Another.")
+    check_now(entry)
+    serve_card(server)
+    check_now(entry)
+    entry.refresh_from_db()
+    assert entry.state == State.PENDING
