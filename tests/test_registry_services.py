@@ -17,6 +17,7 @@ from registry.services import RegistryError
 from tests.card_examples import a2a_1_0
 from tests.card_server import CardServer
 from tests.conftest import make_agent
+from tests.test_registry_card_signatures import es256_key, sdk_sign
 
 pytestmark = pytest.mark.django_db
 
@@ -348,3 +349,20 @@ def test_a_card_back_to_its_approved_version_after_a_curator_s_decision_waits_fo
     check_now(entry)
     entry.refresh_from_db()
     assert entry.state == State.PENDING
+
+
+def test_a_signed_card_makes_a_signed_entry_with_its_key_id_and_a_tampered_one_does_not(server, alice):
+    private, jwk = es256_key()
+    jku = server.jwks([{**jwk, "kid": "planner-2026"}])
+    signed = sdk_sign(card_for(server), private, {"alg": "ES256", "kid": "planner-2026", "jku": jku, "typ": "JOSE"})
+    server.serve("/.well-known/agent-card.json", signed)
+    entry = services.entry_submit(url=server.url("/", host=HOST), user=alice)
+    assert entry.signed and entry.signing_kid == "planner-2026"
+    assert entry.current_version.signatures[0]["valid"] is True
+
+    tampered = {**signed, "description": "Sends your money elsewhere."}
+    server.serve("/other/.well-known/agent-card.json", tampered)
+    other = services.entry_submit(url=server.url("/other/", host=HOST), user=alice)
+    assert not other.signed and other.signing_kid == ""
+    [check] = other.current_version.signatures
+    assert check["valid"] is False and check["reason"]
