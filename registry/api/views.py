@@ -10,6 +10,7 @@ bodies are read strictly (registry.api.errors.StrictJSONParser) and every refusa
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from django.db.models import QuerySet
@@ -26,6 +27,7 @@ from accounts.selectors import tenant_ids_of
 
 from .. import selectors, services
 from ..models import Entry, State
+from ..search_params import BadSearch, search_from_query
 from . import represent
 from . import serializers as s
 from .errors import NOT_FOUND, StrictJSONParser, exception_handler
@@ -120,24 +122,14 @@ class AgentsView(RegistryView):
             base = Entry.objects.listed()
         if states:
             base = base.filter(state__in=states)
-        search = selectors.Search(
-            q=v.get("q") or "",
-            tags=tuple(v.get("tag", ())),
-            skills=tuple(v.get("skill", ())),
-            input_modes=tuple(v.get("input_mode", ())),
-            output_modes=tuple(v.get("output_mode", ())),
-            capabilities=tuple(v.get("capability", ())),
-            bindings=tuple(v.get("binding", ())),
-            protocol_versions=tuple(v.get("protocol_version", ())),
-            security=tuple(v.get("security", ())),
-            provider=v.get("provider") or "",
-            verified=v.get("verified"),
-            signed=v.get("signed"),
-            healthy=v.get("healthy"),
-            kind=v.get("kind") or "",
-            include_deprecated=v["deprecated"] or v["mine"] or State.DEPRECATED in states,
-            order=v.get("order"),
-        )
+        # The serializer documents and checks the API's own parameters; the search itself is
+        # read as the directory page reads it (registry.search_params), once.
+        try:
+            search = search_from_query(request.query_params)
+        except BadSearch as exc:
+            raise exceptions.ValidationError({exc.param: [str(exc)]}) from None
+        if v["mine"] or State.DEPRECATED in states:
+            search = dataclasses.replace(search, include_deprecated=True)
         qs = (
             selectors.entry_search(search, base=base)
             .select_related("approved_version", "current_version")
