@@ -3,12 +3,17 @@ services, so every page here is read-only, for superusers too. The list (columns
 search, order, count): tasks_app.admin_list. The task page, its actions and the overview:
 tasks_app.admin_detail."""
 
+from datetime import datetime
+
 from django.contrib import admin
+from django.http import HttpRequest
 
 from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin
 
+from . import admin_detail
 from .admin_detail import TaskDetailAdmin
 from .admin_list import TaskList
+from .executors import plugins
 from .models import Task
 
 
@@ -17,3 +22,29 @@ class TaskAdmin(TaskDetailAdmin, TaskList, ReadOnlyForEveryone, TenantScopedAdmi
     tenant_field = "tenant"
     raw_id_fields = ("tenant", "agent", "status_message")
     readonly_fields = [f.name for f in Task._meta.fields]
+
+
+@admin_detail.add_overview_section
+def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: datetime) -> admin_detail.Section:
+    """The executors this process loaded, and the plugins it could not load with the reason
+    (the process logged them at start too)."""
+    tables = [
+        admin_detail.Table(
+            headers=["executor", "from", "class"],
+            rows=[[item.name, item.source, item.target] for item in plugins.LOADED],
+            caption="Loaded",
+        )
+    ]
+    if plugins.BROKEN:
+        tables.append(
+            admin_detail.Table(
+                headers=["executor", "from", "class", "why it was not loaded"],
+                rows=[[item.name, item.source, item.target, item.error] for item in plugins.BROKEN],
+                caption="Not loaded",
+            )
+        )
+    return admin_detail.Section(
+        title="Executors",
+        tables=tables,
+        note=f"Installed distributions add executors through the entry point group {plugins.GROUP!r}.",
+    )

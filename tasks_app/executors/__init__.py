@@ -1,7 +1,10 @@
-"""Built-in executors register themselves on import."""
+"""The executors: the built-in ones and those installed distributions declare, all loaded
+through the entry point group `agentserver.executors` (plugins.py)."""
 
-from . import conformance, echo, writer  # noqa: F401,E402  (registration side effect)
+from . import plugins
 from .base import REGISTRY, AgentContext, Executor, register
+
+plugins.load_all()
 
 
 def executor_for(name: str) -> Executor | None:
@@ -13,4 +16,4 @@ def choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(REGISTRY)]
 
 
-__all__ = ["AgentContext", "Executor", "REGISTRY", "register", "executor_for", "choices"]
+__all__ = ["AgentContext", "Executor", "REGISTRY", "register", "executor_for", "choices", "plugins"]

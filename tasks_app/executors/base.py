@@ -130,7 +130,8 @@ class AgentContext:
 
 
 class Executor:
-    """Subclass, set `name`, implement `execute`, and decorate with `@register`."""
+    """Subclass, set `name`, implement `execute`, and declare it in your distribution's entry
+    points (group `agentserver.executors`, `name = module:Class`; see plugins.py)."""
 
     name: ClassVar[str]
     description: ClassVar[str] = ""
@@ -146,6 +147,8 @@ REGISTRY: dict[str, type[Executor]] = {}
 
 
 def register(cls: type[Executor]) -> type[Executor]:
+    """Register an executor from code (tests, a project's own settings): installed ones are
+    registered from their entry points."""
     REGISTRY[cls.name] = cls
     return cls
 

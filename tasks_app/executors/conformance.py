@@ -4,7 +4,7 @@ by the prefix of the incoming messageId."""
 import time
 
 from .. import parts as P
-from .base import AgentContext, Executor, register
+from .base import AgentContext, Executor
 
 FILE_BYTES = b"Generated file content"
 
@@ -88,7 +88,6 @@ BEHAVIOURS = {
 _PREFIXES = sorted(BEHAVIOURS, key=len, reverse=True)
 
 
-@register
 class ConformanceExecutor(Executor):
     name = "conformance"
     rerunnable = True  # answers from the message alone; a second run repeats the first

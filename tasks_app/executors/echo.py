@@ -1,6 +1,6 @@
 import time
 
-from .base import AgentContext, Executor, register
+from .base import AgentContext, Executor
 
 
 def _int(metadata: dict, key: str, default: int) -> int:
@@ -10,7 +10,6 @@ def _int(metadata: dict, key: str, default: int) -> int:
         return default
 
 
-@register
 class EchoExecutor(Executor):
     """Answers every message with an artifact "echo: <text>", then completes.
 

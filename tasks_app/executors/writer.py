@@ -3,7 +3,7 @@
 import re
 import time
 
-from .base import AgentContext, Executor, register
+from .base import AgentContext, Executor
 
 FORMS = ("poem", "story", "summary", "haiku", "letter")
 
@@ -31,7 +31,6 @@ def _compose(topic: str, form: str, paragraphs: int) -> list[str]:
     ]
 
 
-@register
 class WriterExecutor(Executor):
     """Writes a short piece "about <topic>" in a form (poem, story, summary, haiku, letter).
 

@@ -1,0 +1,145 @@
+"""Executors from installed distributions (entry point group `agentserver.executors`): tiny
+distributions are built here as real `.dist-info` directories on a path Python searches, the
+way `pip install` leaves them, so importlib.metadata finds them as it would any package."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tasks_app.executors import REGISTRY, plugins
+from tests.conftest import ROOT, make_agent
+
+ACME = """
+from tasks_app.executors import AgentContext, Executor
+
+
+class Shouter(Executor):
+    name = "shouter"
+    description = "Answers in capitals."
+
+    def execute(self, ctx: AgentContext) -> None:
+        ctx.complete(artifact=ctx.text.upper(), name="shout")
+
+
+class FakeEcho(Executor):
+    name = "echo"
+
+    def execute(self, ctx: AgentContext) -> None:
+        ctx.complete(artifact="not the real echo")
+
+
+def helper():
+    return None
+"""
+
+
+def distribution(site: Path, name: str, module: str, source: str, entry_points: dict[str, str]) -> None:
+    (site / module).mkdir()
+    (site / module / "__init__.py").write_text(textwrap.dedent(source))
+    info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    lines = "".join(f"{key} = {value}\n" for key, value in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[{plugins.GROUP}]\n{lines}")
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Path:
+    """Three installed distributions: one good, one whose import fails, one with mistakes."""
+    distribution(tmp_path, "acme-agents", "acme_agents", ACME, {"shouter": "acme_agents:Shouter"})
+    distribution(
+        tmp_path,
+        "broken-agents",
+        "broken_agents",
+        "raise ImportError('needs libfrobnicate')\n",
+        {"frob": "broken_agents:Frob"},
+    )
+    distribution(
+        tmp_path,
+        "sloppy-agents",
+        "sloppy_agents",
+        "from acme_agents import FakeEcho, Shouter, helper\n",
+        {"helper": "sloppy_agents:helper", "echo": "sloppy_agents:FakeEcho", "loud": "sloppy_agents:Shouter"},
+    )
+    return tmp_path
+
+
+@pytest.fixture
+def installed(site: Path, monkeypatch):
+    """The distributions on sys.path and loaded as a starting process would; the registry as
+    it was afterwards."""
+    import importlib
+
+    registry, loaded, broken = dict(REGISTRY), list(plugins.LOADED), list(plugins.BROKEN)
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    plugins.load_all()
+    yield site
+    REGISTRY.clear()
+    REGISTRY.update(registry)
+    plugins.LOADED[:], plugins.BROKEN[:] = loaded, broken
+    for module in ("acme_agents", "broken_agents", "sloppy_agents"):
+        sys.modules.pop(module, None)
+
+
+def test_the_built_in_executors_come_through_the_same_entry_points():
+    assert {item.name: item.source for item in plugins.LOADED} == {
+        "echo": plugins.BUILT_IN_SOURCE,
+        "conformance": plugins.BUILT_IN_SOURCE,
+        "writer": plugins.BUILT_IN_SOURCE,
+    }
+    assert set(REGISTRY) >= {"echo", "conformance", "writer"}
+
+
+def test_an_installed_distribution_adds_its_executor(installed):
+    assert REGISTRY["shouter"].__module__ == "acme_agents"
+    assert plugins.Loaded("shouter", "acme-agents 1.0", "acme_agents:Shouter") in plugins.LOADED
+
+
+def test_a_broken_plugin_is_reported_with_the_reason_and_the_others_still_load(installed):
+    why = {item.name: item.error for item in plugins.BROKEN}
+    assert why["frob"] == "ImportError: needs libfrobnicate"
+    assert "not a subclass of tasks_app.executors.Executor" in why["helper"]
+    assert "taken by tasks_app.executors.echo:EchoExecutor" in why["echo"]
+    assert "called 'loud' but the executor's name is 'shouter'" in why["loud"]
+    assert REGISTRY["echo"].__module__ == "tasks_app.executors.echo"  # not replaced
+    assert {"shouter", "echo", "conformance", "writer"} <= set(REGISTRY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_agent_runs_on_an_installed_executor(installed, rpc, tenant, alice_key):
+    agent = make_agent(tenant, "loud", "shouter")
+    task = rpc.send(agent.path, "quiet please", key=alice_key).result["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"] == [{"text": "QUIET PLEASE"}]
+
+
+@pytest.mark.django_db
+def test_the_admin_overview_lists_the_executors_and_why_a_plugin_was_not_loaded(installed, admin_client):
+    page = admin_client.get("/admin/tasks_app/task/overview/").content.decode()
+    assert "Executors" in page and "acme-agents 1.0" in page and "acme_agents:Shouter" in page
+    assert "Not loaded" in page and "ImportError: needs libfrobnicate" in page
+
+
+def test_a_starting_process_loads_installed_plugins_and_logs_the_broken_ones(site):
+    # A process of its own (as a web or worker process starts): nothing of this test's
+    # imports, only what is installed on its path.
+    script = (
+        "import json, django; django.setup()\n"
+        "from tasks_app.executors import REGISTRY, plugins\n"
+        "print(json.dumps({'names': sorted(REGISTRY), 'broken': sorted(b.name for b in plugins.BROKEN)}))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "DJANGO_SETTINGS_MODULE": "agentserver.settings"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["names"] == ["conformance", "echo", "shouter", "writer"]
+    assert result["broken"] == ["echo", "frob", "helper", "loud"]
+    assert "executor plugin 'frob' from broken-agents 1.0 not loaded: ImportError: needs libfrobnicate" in done.stderr
