@@ -4,6 +4,7 @@ their agents; only superusers create tenants or change a tenant's limits."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -12,7 +13,9 @@ from django.contrib.auth import get_user_model
 from django.db import models
 from django.db.models import Model, Prefetch, QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 
+from . import agent_kinds
 from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
 from .models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 from .services import AccountError, api_key_check, api_key_create, api_key_revoke, member_add
@@ -26,6 +29,42 @@ class TenantAdmin(TenantScopedAdmin):
     search_fields = ("slug", "name")
 
 
+class AgentForm(forms.ModelForm):
+    """An agent's executor is one this install has, and its settings satisfy that executor's
+    schema (accounts.agent_kinds): every problem is listed under the settings."""
+
+    class Meta:
+        model = Agent
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        known = agent_kinds.kinds()
+        current = self.instance.executor if self.instance and self.instance.pk else ""
+        names = sorted(set(known) | ({current} if current else set()))
+        if "executor" in self.fields:
+            self.fields["executor"] = forms.ChoiceField(
+                choices=[(n, f"{n}: {known[n].description}" if n in known else f"{n} (not installed)") for n in names],
+                help_text="The agent's logic: the executors this install has (built in or installed plugins).",
+            )
+        if "settings" in self.fields:
+            schemas = {n: known[n].schema for n in sorted(known)}
+            shown = {current: schemas[current]} if current in schemas else schemas
+            # The admin prints help text as HTML: the schemas (a plugin's too) go in escaped.
+            self.fields["settings"].help_text = format_html(
+                "Executor settings, checked against the executor's JSON Schema:<pre>{}</pre>",
+                json.dumps(shown, indent=1)[:4000],
+            )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        executor = cleaned.get("executor")
+        if executor and "settings" in cleaned:
+            for problem in agent_kinds.settings_problems(executor, cleaned["settings"]):
+                self.add_error("settings" if problem.startswith("settings") else "executor", problem)
+        return cleaned
+
+
 @admin.register(Agent)
 class AgentAdmin(TenantScopedAdmin):
     tenant_field = "tenant"
@@ -34,6 +73,7 @@ class AgentAdmin(TenantScopedAdmin):
     list_filter = ("tenant", "is_public", "is_active", "executor")
     list_select_related = ("tenant",)
     search_fields = ("slug", "name", "tenant__slug")
+    form = AgentForm
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:
         # Tasks point at (agent, tenant) together: an agent cannot move to another tenant.

@@ -9,4 +9,15 @@ class TasksAppConfig(AppConfig):
     def ready(self) -> None:
         # Registers the Celery jobs in every process, not only in workers (Celery's own discovery
         # runs as a worker starts): `dispatch` sends them by name.
+        # accounts checks agents' executors and settings through this hook, never importing us.
+        from accounts import agent_kinds
+
         from . import tasks  # noqa: F401
+        from .executors import REGISTRY
+
+        agent_kinds.provide(
+            lambda: {
+                name: agent_kinds.Kind(name=name, description=cls.description, schema=cls.settings_schema)
+                for name, cls in REGISTRY.items()
+            }
+        )

@@ -23,6 +23,7 @@ from tasks_app.executors import AgentContext, Executor
 class Shouter(Executor):
     name = "shouter"
     description = "Answers in capitals."
+    settings_schema = {"type": "object", "properties": {"volume": {"enum": ["loud", "louder"]}}}
 
     def execute(self, ctx: AgentContext) -> None:
         ctx.complete(artifact=ctx.text.upper(), name="shout")
@@ -143,3 +144,11 @@ def test_a_starting_process_loads_installed_plugins_and_logs_the_broken_ones(sit
     assert result["names"] == ["conformance", "echo", "shouter", "writer"]
     assert result["broken"] == ["echo", "frob", "helper", "loud"]
     assert "executor plugin 'frob' from broken-agents 1.0 not loaded: ImportError: needs libfrobnicate" in done.stderr
+
+
+def test_an_installed_executor_s_settings_are_checked_against_its_own_schema(installed):
+    from accounts import agent_kinds
+
+    assert agent_kinds.settings_problems("shouter", {"volume": "louder"}) == []
+    [problem] = agent_kinds.settings_problems("shouter", {"volume": "soft"})
+    assert problem.startswith("settings['volume']: 'soft' is not one of")

@@ -138,6 +138,9 @@ class Executor:
     # Whether a run cut off midway (its worker killed) may run again from the start: what it
     # already reported stays, and it must not matter that it reports it twice.
     rerunnable: ClassVar[bool] = False
+    # A JSON Schema (2020-12) of the agent's `settings`, checked when an agent is saved in the
+    # admin or by create_agent, and shown in the admin's agent form.
+    settings_schema: ClassVar[dict[str, Any]] = {"type": "object"}
 
     def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
         raise NotImplementedError

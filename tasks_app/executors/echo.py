@@ -21,6 +21,7 @@ class EchoExecutor(Executor):
     name = "echo"
     rerunnable = True  # answers from the message alone; a second run repeats the first
     description = "Echoes the text it is sent."
+    settings_schema = {"type": "object", "additionalProperties": False, "properties": {}}
 
     def execute(self, ctx: AgentContext) -> None:
         chunks = max(1, _int(ctx.message.metadata, "benchChunks", 1))

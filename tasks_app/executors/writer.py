@@ -40,6 +40,14 @@ class WriterExecutor(Executor):
     """
 
     name = "writer"
+    settings_schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "delay": {"type": "number", "minimum": 0, "maximum": 60, "description": "seconds between chunks"},
+            "paragraphs": {"type": "integer", "minimum": 1, "maximum": 50, "description": "how many to write"},
+        },
+    }
     rerunnable = True  # answers from the message alone; a second run repeats the first
     description = "Writes a short text in several streamed chunks; asks when the request is unclear."
 

@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts import agent_kinds
 from accounts.models import Tenant
 from accounts.services import agent_ensure
 from tasks_app import executors
@@ -35,8 +36,9 @@ class Command(BaseCommand):
             parsed = json.loads(executor_settings)
         except ValueError as exc:
             raise CommandError(f"--executor-settings is not JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise CommandError("--executor-settings must be a JSON object")
+        problems = agent_kinds.settings_problems(executor, parsed)
+        if problems:
+            raise CommandError("--executor-settings: " + "; ".join(problems))
         agent = agent_ensure(
             tenant=found,
             slug=slug,
