@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import validate_slug
+from django.core.validators import URLValidator, validate_slug
 from django.db import models
 from django.db.models import Q
 
@@ -43,6 +43,10 @@ class Tenant(models.Model):
         return self.slug
 
 
+# Links a card shows are for browsers: http(s) only (URLField alone would take ftp too).
+WEB_URL = URLValidator(schemes=["http", "https"])
+
+
 class Agent(models.Model):
     """A hosted agent: its card's content and which executor runs its logic."""
 
@@ -51,6 +55,13 @@ class Agent(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField()
     version = models.CharField(max_length=50, default="1.0.0")
+    # The card's provider (empty: the tenant, at this server's URL), icon and documentation.
+    provider_organization = models.CharField(max_length=200, blank=True, help_text="Empty: the tenant's name.")
+    provider_url = models.URLField(
+        max_length=500, blank=True, validators=[WEB_URL], help_text="Empty: this server's URL."
+    )
+    icon_url = models.URLField(max_length=500, blank=True, validators=[WEB_URL])
+    documentation_url = models.URLField(max_length=500, blank=True, validators=[WEB_URL])
     skills = models.JSONField(
         default=list,
         blank=True,

@@ -76,8 +76,13 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "name": agent.name,
         "description": f"{agent.description.rstrip()}\n\n{visibility(agent)}",
         "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
-        "provider": {"organization": agent.tenant.name, "url": base_url},
+        "provider": {
+            "organization": agent.provider_organization or agent.tenant.name,
+            "url": agent.provider_url or base_url,
+        },
         "version": agent.version,
+        **({"iconUrl": agent.icon_url} if agent.icon_url else {}),
+        **({"documentationUrl": agent.documentation_url} if agent.documentation_url else {}),
         "capabilities": {
             "streaming": agent.streaming,
             "pushNotifications": agent.push_notifications,

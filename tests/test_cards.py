@@ -110,3 +110,28 @@ def test_declared_extensions_are_listed(client, tenant):
 def test_an_unknown_agent_has_no_card(client):
     response = client.get("/agents/nobody/nothing/.well-known/agent-card.json")
     assert response.status_code == 404 and response.json()["error"]
+
+
+def test_the_tenant_s_provider_icon_and_documentation_links_are_on_the_card(client, echo_agent):
+    from registry import cards
+
+    echo_agent.provider_organization = "Acme Research"
+    echo_agent.provider_url = "https://research.acme.example"
+    echo_agent.icon_url = "https://cdn.acme.example/echo.png"
+    echo_agent.documentation_url = "https://docs.acme.example/echo"
+    echo_agent.full_clean()
+    echo_agent.save()
+    card = client.get("/agents/acme/echo/.well-known/agent-card.json").json()
+    assert card["provider"] == {"organization": "Acme Research", "url": "https://research.acme.example"}
+    assert card["iconUrl"] == "https://cdn.acme.example/echo.png"
+    assert card["documentationUrl"] == "https://docs.acme.example/echo"
+    assert cards.validate(card, "1.0") == []  # as the directory checks it
+
+
+def test_a_card_link_must_be_a_web_address(echo_agent):
+    from django.core.exceptions import ValidationError
+
+    echo_agent.documentation_url = "ftp://files.acme.example/echo"
+    with pytest.raises(ValidationError) as refused:
+        echo_agent.full_clean()
+    assert "documentation_url" in refused.value.message_dict
