@@ -56,12 +56,21 @@ class Agent(models.Model):
     description = models.TextField()
     version = models.CharField(max_length=50, default="1.0.0")
     # The card's provider (empty: the tenant, at this server's URL), icon and documentation.
-    provider_organization = models.CharField(max_length=200, blank=True, help_text="Empty: the tenant's name.")
-    provider_url = models.URLField(
-        max_length=500, blank=True, validators=[WEB_URL], help_text="Empty: this server's URL."
+    # Database defaults too: rows written without these columns (older code mid-deploy, a
+    # migration's historical models) get empty ones.
+    provider_organization = models.CharField(
+        max_length=200, blank=True, default="", db_default="", help_text="Empty: the tenant's name."
     )
-    icon_url = models.URLField(max_length=500, blank=True, validators=[WEB_URL])
-    documentation_url = models.URLField(max_length=500, blank=True, validators=[WEB_URL])
+    provider_url = models.URLField(
+        max_length=500,
+        blank=True,
+        default="",
+        db_default="",
+        validators=[WEB_URL],
+        help_text="Empty: this server's URL.",
+    )
+    icon_url = models.URLField(max_length=500, blank=True, default="", db_default="", validators=[WEB_URL])
+    documentation_url = models.URLField(max_length=500, blank=True, default="", db_default="", validators=[WEB_URL])
     skills = models.JSONField(
         default=list,
         blank=True,

@@ -295,27 +295,36 @@ def test_migration_0010_counts_the_messages_and_artifacts_of_the_tasks_there_are
     after = [("tasks_app", "0010_task_counters_and_list_indexes")]
     executor = MigrationExecutor(connection)
     executor.migrate(before)
-    old = executor.loader.project_state(before).apps
-    tenant = old.get_model("accounts", "Tenant").objects.create(slug="old", name="Old")
-    agent = old.get_model("accounts", "Agent").objects.create(
-        tenant=tenant, slug="a", name="A", description="d", executor="echo"
-    )
-    tasks = [
-        old.get_model("tasks_app", "Task").objects.create(
-            tenant=tenant, agent=agent, owner="p", context_id="c", dialect="a2a/1.0", status_timestamp=timezone.now()
-        )
-        for _ in range(5)
-    ]
-    for n, task in enumerate(tasks):
-        for i in range(n):
-            old.get_model("tasks_app", "Message").objects.create(
-                task=task, message_id=f"m{i}", context_id="c", role="user", parts=[{"type": "text", "text": "hi"}]
-            )
-        if n % 2:
-            old.get_model("tasks_app", "Artifact").objects.create(task=task, artifact_id="x", parts=[])
-    # batches of two: the fill goes on past its first batch
-    monkeypatch.setattr(importlib.import_module("tasks_app.migrations.0010_task_counters_and_list_indexes"), "BATCH", 2)
+    # Whatever fails from here on, the database goes back to the latest migrations: the tests
+    # after this one need it.
     try:
+        old = executor.loader.project_state(before).apps
+        tenant = old.get_model("accounts", "Tenant").objects.create(slug="old", name="Old")
+        agent = old.get_model("accounts", "Agent").objects.create(
+            tenant=tenant, slug="a", name="A", description="d", executor="echo"
+        )
+        tasks = [
+            old.get_model("tasks_app", "Task").objects.create(
+                tenant=tenant,
+                agent=agent,
+                owner="p",
+                context_id="c",
+                dialect="a2a/1.0",
+                status_timestamp=timezone.now(),
+            )
+            for _ in range(5)
+        ]
+        for n, task in enumerate(tasks):
+            for i in range(n):
+                old.get_model("tasks_app", "Message").objects.create(
+                    task=task, message_id=f"m{i}", context_id="c", role="user", parts=[{"type": "text", "text": "hi"}]
+                )
+            if n % 2:
+                old.get_model("tasks_app", "Artifact").objects.create(task=task, artifact_id="x", parts=[])
+        # batches of two: the fill goes on past its first batch
+        monkeypatch.setattr(
+            importlib.import_module("tasks_app.migrations.0010_task_counters_and_list_indexes"), "BATCH", 2
+        )
         executor = MigrationExecutor(connection)
         executor.migrate(after)
         new = executor.loader.project_state(after).apps.get_model("tasks_app", "Task")

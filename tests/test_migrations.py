@@ -19,18 +19,24 @@ AFTER_THE_MOVE = [("registry", "0005_tenants_agents_and_keys_to_accounts")]
 def test_tenants_agents_and_keys_made_under_registry_are_kept_by_accounts_with_their_tasks():
     executor = MigrationExecutor(connection)
     executor.migrate(BEFORE_THE_MOVE)
-    old = executor.loader.project_state(BEFORE_THE_MOVE[1:]).apps
-    tenant = old.get_model("registry", "Tenant").objects.create(slug="old", name="Old tenant")
-    agent = old.get_model("registry", "Agent").objects.create(
-        tenant=tenant, slug="kept", name="Kept", description="d", executor="echo"
-    )
-    old.get_model("registry", "ApiKey").objects.create(
-        tenant=tenant, name="k", principal="p", prefix="0123456789ab", key_hash="h" * 64
-    )
-    task = old.get_model("tasks_app", "Task").objects.create(
-        tenant=tenant, agent=agent, owner="p", context_id="c", dialect="a2a/1.0", status_timestamp="2026-01-01T00:00Z"
-    )
+    # Whatever fails from here on, the database goes back to the latest migrations.
     try:
+        old = executor.loader.project_state(BEFORE_THE_MOVE[1:]).apps
+        tenant = old.get_model("registry", "Tenant").objects.create(slug="old", name="Old tenant")
+        agent = old.get_model("registry", "Agent").objects.create(
+            tenant=tenant, slug="kept", name="Kept", description="d", executor="echo"
+        )
+        old.get_model("registry", "ApiKey").objects.create(
+            tenant=tenant, name="k", principal="p", prefix="0123456789ab", key_hash="h" * 64
+        )
+        task = old.get_model("tasks_app", "Task").objects.create(
+            tenant=tenant,
+            agent=agent,
+            owner="p",
+            context_id="c",
+            dialect="a2a/1.0",
+            status_timestamp="2026-01-01T00:00Z",
+        )
         executor = MigrationExecutor(connection)
         executor.migrate(AFTER_THE_MOVE)
         new = executor.loader.project_state(AFTER_THE_MOVE).apps
