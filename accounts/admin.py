@@ -33,6 +33,13 @@ class AgentForm(forms.ModelForm):
     """An agent's executor is one this install has, and its settings satisfy that executor's
     schema (accounts.agent_kinds): every problem is listed under the settings."""
 
+    # The card's links: one typed without a scheme is https (Django 6's default; 5.2 warns).
+    provider_url = forms.URLField(
+        required=False, max_length=500, assume_scheme="https", help_text="Empty: this server's URL."
+    )
+    icon_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+    documentation_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+
     class Meta:
         model = Agent
         fields = "__all__"
