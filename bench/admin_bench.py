@@ -14,19 +14,15 @@ bench/results/admin_bench-<time>.json (not kept in git) and a table to stdout.
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import inprocess  # noqa: E402
 from admin_seed import bench_database_url, setup_django  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 LIST = "/admin/tasks_app/task/"
 
 
@@ -65,30 +61,10 @@ def pages() -> dict[str, str]:
 
 
 def measure(client: Any, url: str, runs: int) -> dict[str, Any]:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    for _ in range(2):
-        response = client.get(url)
-        assert response.status_code == 200, (url, response.status_code)
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        response = client.get(url)
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status_code == 200
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
+    figures, response = inprocess.measure(client, url, runs)
     cl = response.context["cl"] if response.context and "cl" in response.context else None
-    times.sort()
     return {
-        "url": url,
-        "runs": runs,
-        "median_ms": round(statistics.median(times), 1),
-        "p95_ms": round(times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)], 1),
-        "min_ms": round(times[0], 1),
-        "queries": len(queries),
-        "query_ms": round(sum(float(q["time"]) for q in queries.captured_queries) * 1000, 1),
+        **figures,
         "shown_count": str(cl.result_count) if cl is not None else None,
         "rows": len(cl.result_list) if cl is not None else None,
     }
@@ -119,20 +95,14 @@ def main() -> None:
             f"{r['queries']:2d} queries ({r['query_ms']:.1f} ms)  shows {r['shown_count']}",
             flush=True,
         )
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"admin_bench-{stamp}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "at": stamp,
-                "database": settings.DATABASES["default"]["NAME"],
-                "tasks": Task.objects.count(),
-                "runs": args.runs,
-                "pages": results,
-            },
-            indent=2,
-        )
+    out = inprocess.write_results(
+        "admin_bench",
+        {
+            "database": settings.DATABASES["default"]["NAME"],
+            "tasks": Task.objects.count(),
+            "runs": args.runs,
+            "pages": results,
+        },
     )
     print("\n| page | median ms | p95 ms | queries |\n|---|---:|---:|---:|")
     for name, r in results.items():

@@ -18,23 +18,19 @@ are skipped, and say so, while /api/registry/ is not on this branch.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import statistics
 import sys
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import inprocess  # noqa: E402
 from admin_seed import setup_django  # noqa: E402
 from registry_seed import bench_database_url  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 API = "/api/registry/agents/"
 PAGE = "/registry/"
 # A text query and two filters: a tag and a binding (the example), from the seed's topics.
@@ -86,35 +82,8 @@ def requests(client: Any) -> dict[str, tuple[str, Callable[[], None] | None]]:
 
 
 def measure(client: Any, url: str, runs: int, before: Callable[[], None] | None) -> dict[str, Any]:
-    from django.db import connection
-    from django.test.utils import CaptureQueriesContext
-
-    for _ in range(2):
-        response = client.get(url)
-        assert response.status_code == 200, (url, response.status_code, response.content[:300])
-    times = []
-    for _ in range(runs):
-        if before:
-            before()
-        started = time.perf_counter()
-        response = client.get(url)
-        times.append((time.perf_counter() - started) * 1000)
-        assert response.status_code == 200
-    if before:
-        before()
-    with CaptureQueriesContext(connection) as queries:
-        response = client.get(url)
-    times.sort()
-    return {
-        "url": url,
-        "runs": runs,
-        "median_ms": round(statistics.median(times), 1),
-        "p95_ms": round(times[min(len(times) - 1, int(round(0.95 * len(times))) - 1)], 1),
-        "min_ms": round(times[0], 1),
-        "queries": len(queries),
-        "query_ms": round(sum(float(q["time"]) for q in queries.captured_queries) * 1000, 1),
-        "results": _results(url, response),
-    }
+    figures, response = inprocess.measure(client, url, runs, before)
+    return {**figures, "results": _results(url, response)}
 
 
 def _results(url: str, response: Any) -> int | None:
@@ -152,21 +121,15 @@ def main() -> None:
             f"{r['queries']:2d} queries ({r['query_ms']:.1f} ms){shown}",
             flush=True,
         )
-    RESULTS.mkdir(exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    out = RESULTS / f"registry_bench-{stamp}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "at": stamp,
-                "database": settings.DATABASES["default"]["NAME"],
-                "entries": Entry.objects.count(),
-                "listed": Entry.objects.listed().count(),
-                "runs": args.runs,
-                "requests": results,
-            },
-            indent=2,
-        )
+    out = inprocess.write_results(
+        "registry_bench",
+        {
+            "database": settings.DATABASES["default"]["NAME"],
+            "entries": Entry.objects.count(),
+            "listed": Entry.objects.listed().count(),
+            "runs": args.runs,
+            "requests": results,
+        },
     )
     print("\n| request | median ms | p95 ms | queries (ms) | results |\n|---|---:|---:|---:|---:|")
     for name, r in results.items():
