@@ -47,6 +47,10 @@ def card_diff(old: CardVersion, new: CardVersion) -> str:
     return mark_safe(table)  # noqa: S308 - HtmlDiff escapes &, < and > of every line
 
 
+def is_curator(request: HttpRequest) -> bool:
+    return request.user.is_active and request.user.is_staff and selectors.is_curator(request.user)
+
+
 class StateFilter(admin.SimpleListFilter):
     title = "state"
     parameter_name = "state"
@@ -82,12 +86,9 @@ class EntryAdmin(TenantScopedAdmin):
 
     # --- who sees and decides
 
-    def is_curator(self, request: HttpRequest) -> bool:
-        return request.user.is_active and request.user.is_staff and selectors.is_curator(request.user)
-
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         queryset: QuerySet = Entry.objects.select_related("tenant")
-        if not self.is_curator(request):
+        if not is_curator(request):
             queryset = super().get_queryset(request)
         return queryset.annotate(flag_count=Count("flags", filter=Q(flags__resolved_at__isnull=True)))
 
@@ -98,10 +99,10 @@ class EntryAdmin(TenantScopedAdmin):
         return self.ordering
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return self.is_curator(request) or super().has_module_permission(request)
+        return is_curator(request) or super().has_module_permission(request)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self.is_curator(request) or super().has_view_permission(request, obj)
+        return is_curator(request) or super().has_view_permission(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # remote agents are submitted by URL (the API), hosted ones appear by themselves
@@ -111,13 +112,6 @@ class EntryAdmin(TenantScopedAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_superuser(request)
-
-    def role(self, request: HttpRequest, entry: Entry) -> services.Role | None:
-        if self.is_curator(request):
-            return "curator"
-        if selectors.can_manage(request.user, entry):
-            return "owner"
-        return None
 
     # --- the list
 
@@ -136,7 +130,7 @@ class EntryAdmin(TenantScopedAdmin):
     def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
         extra = {
             "review_queue_url": reverse("admin:registry_entry_review"),
-            "pending_count": selectors.review_queue().count() if self.is_curator(request) else None,
+            "pending_count": selectors.review_queue().count() if is_curator(request) else None,
             **(extra_context or {}),
         }
         return super().changelist_view(request, extra)
@@ -154,7 +148,7 @@ class EntryAdmin(TenantScopedAdmin):
 
     def review_view(self, request: HttpRequest) -> HttpResponse:
         """The review queue: pending entries, oldest first."""
-        if not self.is_curator(request):
+        if not is_curator(request):
             raise PermissionDenied
         url = reverse("admin:registry_entry_changelist")
         return HttpResponseRedirect(f"{url}?state={State.PENDING}")
@@ -173,7 +167,7 @@ class EntryAdmin(TenantScopedAdmin):
         entry = self._visible(request, object_id)
         if request.method not in ("GET", "HEAD"):
             raise PermissionDenied  # an entry changes by decisions only (the form below posts to decide/)
-        role = self.role(request, entry)
+        role = selectors.role_of(request.user, entry)
         versions = list(CardVersion.objects.filter(entry=entry).order_by("-number").defer("raw"))
         current = entry.current_version
         approved = entry.approved_version
@@ -234,7 +228,7 @@ class EntryAdmin(TenantScopedAdmin):
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         entry = self._visible(request, object_id)
-        role = self.role(request, entry)
+        role = selectors.role_of(request.user, entry)
         if role is None:
             raise PermissionDenied
         try:
@@ -264,17 +258,14 @@ class FlagAdmin(TenantScopedAdmin):
     ordering = ["resolved_at", "-created_at"]
     actions = ["resolve"]
 
-    def _curator(self, request: HttpRequest) -> bool:
-        return request.user.is_active and request.user.is_staff and selectors.is_curator(request.user)
-
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return Flag.objects.all() if self._curator(request) else super().get_queryset(request)
+        return Flag.objects.all() if is_curator(request) else super().get_queryset(request)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return self._curator(request) or super().has_module_permission(request)
+        return is_curator(request) or super().has_module_permission(request)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return self._curator(request) or super().has_view_permission(request, obj)
+        return is_curator(request) or super().has_view_permission(request, obj)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -286,7 +277,7 @@ class FlagAdmin(TenantScopedAdmin):
         return False
 
     def get_actions(self, request: HttpRequest) -> dict:
-        return super().get_actions(request) if self._curator(request) else {}
+        return super().get_actions(request) if is_curator(request) else {}
 
     @admin.display(description="entry")
     def entry_link(self, flag: Flag) -> str:
@@ -300,7 +291,7 @@ class FlagAdmin(TenantScopedAdmin):
 
     @admin.action(description="Mark the selected flags resolved")
     def resolve(self, request: HttpRequest, queryset: QuerySet) -> None:
-        if not self._curator(request):
+        if not is_curator(request):
             raise PermissionDenied
         done = 0
         for flag in queryset.filter(resolved_at__isnull=True):

@@ -57,6 +57,16 @@ def can_manage(user: Any, entry: Entry) -> bool:
     )
 
 
+def role_of(user: Any, entry: Entry) -> Literal["curator", "owner"] | None:
+    """The role `user` acts in on `entry` (registry.services.TRANSITIONS): curator, owner, or
+    none (the public, and a tenant's viewers)."""
+    if is_curator(user):
+        return "curator"
+    if can_manage(user, entry):
+        return "owner"
+    return None
+
+
 @dataclass(frozen=True)
 class Search:
     """A search of the directory. Several values of one filter must all hold (tags=a&tags=b:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import orjson
 from django.core.cache import cache
@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from . import selectors
+from . import cards, selectors
 from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, State
 from .search_params import FACET_PARAMS, BadSearch, query_from_search, search_from_query
 
@@ -73,19 +73,7 @@ class Link:
 
 def link(url: Any) -> Link:
     text = url if isinstance(url, str) else ""
-    return Link(text=text, href=text if _is_web_url(text) else "")
-
-
-def _is_web_url(url: str) -> bool:
-    # Browsers drop tabs and newlines inside a URL and ignore leading spaces and controls
-    # ("java\tscript:"): a URL with any of them is not linked at all.
-    if not url or len(url) > 2048 or any(ord(c) <= 0x20 or ord(c) == 0x7F for c in url):
-        return False
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return False
-    return parts.scheme.lower() in ("http", "https") and bool(parts.hostname)
+    return Link(text=text, href=text if cards.is_web_url(text) else "")
 
 
 @dataclass(frozen=True)

@@ -135,18 +135,9 @@ def proof(entry: Entry) -> dict[str, Any] | None:
     }
 
 
-def role_of(user: Any, entry: Entry) -> services.Role | None:
-    """The role `user` acts in on `entry`: curator, owner, or none (the public)."""
-    if selectors.is_curator(user):
-        return "curator"
-    if selectors.can_manage(user, entry):
-        return "owner"
-    return None
-
-
 def detail(entry: Entry, request: Request) -> dict[str, Any]:
     user = request.user
-    role = role_of(user, entry)
+    role = selectors.role_of(user, entry)
     shown = selectors.shown_version(entry, user=user)
     versions = selectors.versions_of(entry, user=user).only("entry_id", "number", "hash", "dialect", "fetched_at")
     verified = entry.domain_verified_at is not None

@@ -83,10 +83,15 @@ def visible(request: Request, pk: int, *, heavy: bool = False) -> Entry:
 
 
 def acting_role(request: Request, entry: Entry, doing: str) -> services.Role:
-    role = represent.role_of(request.user, entry)
+    role = selectors.role_of(request.user, entry)
     if role is None:
         raise exceptions.PermissionDenied(f"only the entry's owners and curators may {doing}")
     return role
+
+
+def detail(request: Request, pk: int) -> dict[str, Any]:
+    """The entry's detail as the caller may see it, read afresh (after a change too)."""
+    return s.EntryOut(represent.detail(visible(request, pk, heavy=True), request)).data
 
 
 def _valid(serializer_class: type[Any], data: Any) -> dict[str, Any]:
@@ -168,8 +173,7 @@ class AgentsView(RegistryView):
                     f"you are not an operator or owner of a tenant {v['tenant']!r}: submit without it, or ask its owner"
                 )
         entry = services.entry_submit(url=v["url"], user=request.user, tenant=tenant)
-        entry = visible(request, entry.pk, heavy=True)
-        body = s.EntryOut(represent.detail(entry, request)).data
+        body = detail(request, entry.pk)
         return Response(body, status=status.HTTP_201_CREATED, headers={"Location": body["url"]})
 
 
@@ -184,8 +188,7 @@ class AgentView(RegistryView):
         responses={200: s.EntryOut, **_errors(401, 404)},
     )
     def get(self, request: Request, pk: int) -> Response:
-        entry = visible(request, pk, heavy=True)
-        return Response(s.EntryOut(represent.detail(entry, request)).data)
+        return Response(detail(request, pk))
 
 
 class VersionView(RegistryView):
@@ -249,8 +252,7 @@ class TransitionView(RegistryView):
             reason=v["reason"],
             version_hash=v["version_hash"],
         )
-        entry = visible(request, pk, heavy=True)
-        return Response(s.EntryOut(represent.detail(entry, request)).data)
+        return Response(detail(request, pk))
 
 
 class FlagView(RegistryView):

@@ -22,7 +22,7 @@ from .types import (
     Skill,
     Version,
 )
-from .validate import validate
+from .validate import is_web_url, validate
 
 __all__ = [
     "CardIndex",
@@ -38,6 +38,7 @@ __all__ = [
     "card_urls",
     "detect_version",
     "fetch_card",
+    "is_web_url",
     "normalise",
     "search_text",
     "validate",

@@ -58,13 +58,20 @@ def _url_parts(value: str, unsafe: re.Pattern[str]) -> Any:
     return parts
 
 
-@formats.checks("http-url")
-def is_http_url(value: object) -> bool:
-    """An absolute http(s) URL with a host, no credentials, nothing a page or a shell could misread."""
-    if not isinstance(value, str) or not value:
-        return True  # another rule says what is wrong with a value that is not text, or empty
+def is_web_url(value: object) -> bool:
+    """An absolute http(s) URL with a host, no credentials, nothing a page or a shell could
+    misread (no whitespace or control characters: browsers drop them, "java\tscript:")."""
+    if not isinstance(value, str) or not value or len(value) > 2048:
+        return False
     parts = _url_parts(value, _URL_UNSAFE)
     return parts is not None and parts.scheme in ("http", "https")
+
+
+@formats.checks("http-url")
+def is_http_url(value: object) -> bool:
+    if not isinstance(value, str) or not value:
+        return True  # another rule says what is wrong with a value that is not text, or empty
+    return is_web_url(value)
 
 
 @formats.checks("amqp-url")
