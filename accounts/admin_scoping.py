@@ -15,9 +15,10 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import get_fields_from_path
+from django.contrib.admin.views.main import ERROR_FLAG
 from django.db.models import Model, QuerySet
 from django.forms import ModelChoiceField, ModelMultipleChoiceField
-from django.http import Http404, HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 
 from .models import Membership, Role
 
@@ -132,6 +133,13 @@ class ScopedRelatedFieldListFilter(admin.RelatedFieldListFilter):
 
 class TenantScopedAdmin(_Scoping, admin.ModelAdmin):
     """The base of every admin page of a tenant's data (see the module's docstring)."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Postgres refuses NUL in any text it compares: a filter or search holding one would
+        # fail the query. It is an incorrect lookup, answered as Django answers those.
+        if any("\x00" in key or "\x00" in value for key, values in request.GET.lists() for value in values):
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
+        return super().changelist_view(request, extra_context)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         if is_superuser(request):

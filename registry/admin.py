@@ -237,7 +237,7 @@ class EntryAdmin(TenantScopedAdmin):
                 to=request.POST.get("to", ""),
                 actor=request.user,
                 role=role,
-                reason=request.POST.get("reason", "")[:5000],
+                reason=request.POST.get("reason", ""),
                 version_hash=request.POST.get("version_hash", ""),
             )
         except services.RegistryError as exc:

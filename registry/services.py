@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from accounts.models import Agent, Tenant
 from protocols import dialects
+from tasks_app import storable
 
 from . import cards, probe, proofs
 from .models import (
@@ -73,6 +74,17 @@ TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
 }
 # A decision that takes something away says why; approving and submitting may go without.
 REASON_REQUIRED = frozenset({State.REJECTED, State.SUSPENDED, State.DEPRECATED})
+
+
+REASON_LENGTH = 2000
+
+
+def _text(value: str, *, where: str) -> str:
+    """A person's text bound for a column (a reason, a resolution): storable and not too long."""
+    try:
+        return storable.check_text(value.strip(), where=where, max_length=REASON_LENGTH)
+    except storable.Refused as exc:
+        raise RegistryError(str(exc)) from None
 
 
 def allowed_targets(entry: Entry, role: Role) -> list[str]:
@@ -335,7 +347,7 @@ def entry_decide(*, entry: Entry, to: str, actor: Any, role: Role, reason: str =
     """Move an entry to state `to` as `role` (the caller checked the role is the actor's).
     Approving pins the current card version; `version_hash`, when given, must still be the
     current card's (the curator approves what they looked at, not a card that changed since)."""
-    reason = reason.strip()
+    reason = _text(reason, where="the reason")
     if to in REASON_REQUIRED and not reason:
         raise RegistryError(f"a reason is required to make an entry {to}")
     now = timezone.now()
@@ -382,11 +394,9 @@ def _default_reason(to: str) -> str:
 
 
 def entry_flag(*, entry: Entry, user: Any, reason: str) -> Flag:
-    reason = reason.strip()
+    reason = _text(reason, where="a flag's reason")
     if not reason:
         raise RegistryError("say what is wrong with the entry")
-    if len(reason) > 2000:
-        raise RegistryError("a flag's reason must be at most 2000 characters")
     try:
         with transaction.atomic():
             return Flag.objects.create(entry=entry, user=user, reason=reason)
@@ -397,7 +407,7 @@ def entry_flag(*, entry: Entry, user: Any, reason: str) -> Flag:
 def flag_resolve(*, flag: Flag, user: Any, resolution: str) -> Flag:
     flag.resolved_at = timezone.now()
     flag.resolved_by = user
-    flag.resolution = resolution.strip() or "resolved"
+    flag.resolution = _text(resolution, where="the resolution") or "resolved"
     flag.save(update_fields=["resolved_at", "resolved_by", "resolution"])
     return flag
 

@@ -604,3 +604,10 @@ def test_a_listing_costs_the_same_queries_however_many_rows_it_shows(page_name, 
     after = _queries(browser, page.changelist())
     assert page.listed(world.a) in browser.get(page.changelist()).content.decode()
     assert after == before
+
+
+@pytest.mark.parametrize("page_name", PAGES)
+@pytest.mark.parametrize("query", [{"state": "\x00"}, {"q": "a\x00b"}, {"tenant__id__exact": "\x00"}, {"\x00": "1"}])
+def test_a_nul_in_a_list_s_query_is_an_incorrect_lookup_not_an_error(page_name, query, world, as_user):
+    answer = as_user("superuser").get(PAGES[page_name].changelist(), query)
+    assert answer.status_code == 302 and answer["Location"].endswith("?e=1")

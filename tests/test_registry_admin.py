@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accounts.models import Role
 from accounts.services import member_add
@@ -123,3 +125,39 @@ def test_curators_resolve_flags_and_members_cannot(client, tenant, entry):
     flag.refresh_from_db()
     assert flag.resolved_at is not None and flag.resolved_by is not None
     assert Flag.objects.filter(resolved_at__isnull=True).count() == 0
+
+
+def test_another_tenant_s_entry_is_missing_from_its_members_review_pages(client, entry):
+    from accounts.services import tenant_ensure
+
+    browser, user = browser_for(client, "spy")
+    member_add(tenant=tenant_ensure(slug="globex", name="Globex"), user=user, role=Role.OWNER)
+    for path in ("change/", "diff/?a=1&b=1"):
+        assert browser.get(f"/admin/registry/entry/{entry.pk}/{path}").status_code == 404, path
+    assert browser.post(f"/admin/registry/entry/{entry.pk}/decide/", {"to": "approved"}).status_code == 404
+    assert browser.get("/admin/registry/entry/review/").status_code == 403  # curators' only
+    entry.refresh_from_db()
+    assert entry.state == State.PENDING
+
+
+_odd = st.text(max_size=40) | st.sampled_from(["\x00", "-1", "99999999999999999999", "approved", "pending", "1"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(a=_odd, b=_odd, to=_odd, reason=_odd, version_hash=_odd)
+def test_no_input_makes_the_review_pages_answer_500_or_break_an_entry(client, entry, a, b, to, reason, version_hash):
+    users = get_user_model().objects
+    carol = users.filter(username="carol").first() or users.create_user("carol", is_staff=True, is_superuser=True)
+    client.force_login(carol)
+    for url, query in (
+        (f"/admin/registry/entry/{entry.pk}/diff/", {"a": a, "b": b}),
+        ("/admin/registry/entry/", {"state": to, "q": reason}),
+        ("/admin/registry/entry/review/", {"o": a}),
+    ):
+        assert client.get(url, query).status_code < 500, (url, query)
+    answer = client.post(
+        f"/admin/registry/entry/{entry.pk}/decide/", {"to": to, "reason": reason, "version_hash": version_hash}
+    )
+    assert answer.status_code < 500
+    entry.refresh_from_db()
+    assert entry.state in State.values

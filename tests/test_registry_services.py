@@ -366,3 +366,15 @@ def test_a_signed_card_makes_a_signed_entry_with_its_key_id_and_a_tampered_one_d
     assert not other.signed and other.signing_kid == ""
     [check] = other.current_version.signatures
     assert check["valid"] is False and check["reason"]
+
+
+@pytest.mark.parametrize("reason", ["a\x00b", "x" * 2001, "\ud800"])
+def test_a_reason_the_store_cannot_hold_is_refused_saying_why(server, alice, curator, reason):
+    entry = submitted(server, alice)
+    prove(server, entry)
+    with pytest.raises(RegistryError, match="the reason"):
+        services.entry_decide(entry=entry, to=State.REJECTED, actor=curator, role="curator", reason=reason)
+    with pytest.raises(RegistryError, match="a flag's reason"):
+        services.entry_flag(entry=entry, user=alice, reason=reason)
+    entry.refresh_from_db()
+    assert entry.state == State.PENDING and not entry.flags.exists()
