@@ -266,7 +266,22 @@ def uptime(entry: Entry, *, days: int, now: datetime | None = None) -> float | N
 
 
 def uptimes(entry: Entry, *, now: datetime | None = None) -> dict[str, float | None]:
-    return {f"{d}d": uptime(entry, days=d, now=now) for d in (1, 7, 30)}
+    """`uptime` over the last 1, 7 and 30 days, in one query."""
+    now = now or timezone.now()
+    windows = (1, 7, 30)
+    counts = HealthCheck.objects.filter(entry=entry, at__gte=now - timedelta(days=max(windows))).aggregate(
+        **{
+            f"{kind}{d}": Count(
+                "pk", filter=Q(at__gte=now - timedelta(days=d), **({"ok": True} if kind == "good" else {}))
+            )
+            for d in windows
+            for kind in ("total", "good")
+        }
+    )
+    return {
+        f"{d}d": round(100.0 * counts[f"good{d}"] / counts[f"total{d}"], 2) if counts[f"total{d}"] else None
+        for d in windows
+    }
 
 
 def latency_median(entry: Entry, *, days: int = 1) -> float | None:

@@ -378,3 +378,15 @@ def test_a_reason_the_store_cannot_hold_is_refused_saying_why(server, alice, cur
         services.entry_flag(entry=entry, user=alice, reason=reason)
     entry.refresh_from_db()
     assert entry.state == State.PENDING and not entry.flags.exists()
+
+
+def test_uptime_over_a_day_a_week_and_a_month_counts_each_window_s_checks(server, alice):
+    entry = submitted(server, alice)
+    now = timezone.now()
+    ages_and_results = [(0.5, True), (0.8, False), (3, True), (5, True), (20, False), (25, False), (40, True)]
+    HealthCheck.objects.bulk_create(
+        HealthCheck(entry=entry, at=now - timedelta(days=age), ok=ok, card_ok=ok, endpoint_ok=ok)
+        for age, ok in ages_and_results
+    )
+    assert selectors.uptimes(entry, now=now) == {"1d": 50.0, "7d": 75.0, "30d": 50.0}
+    assert [selectors.uptime(entry, days=d, now=now) for d in (1, 7, 30)] == [50.0, 75.0, 50.0]
