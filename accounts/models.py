@@ -80,6 +80,9 @@ class Agent(models.Model):
     output_modes = models.JSONField(default=list, blank=True, help_text="Media types the agent produces.")
     executor = models.CharField(max_length=64, help_text="Name of a registered executor (tasks_app.executors).")
     settings = models.JSONField(default=dict, blank=True, help_text="Executor settings.")
+    # The executor's secret (a webhook agent's signing secret, a fronted agent's credential for
+    # its upstream), sealed (accounts.sealing): never shown, logged or put on a card.
+    secret_sealed = models.TextField(blank=True, default="", db_default="", editable=False)
     extensions = models.JSONField(
         default=list,
         blank=True,

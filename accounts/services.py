@@ -6,6 +6,7 @@ commits, so that cached lookups in every web process are dropped before the next
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import secrets
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from django.utils import timezone
 
 from outbound import ssrf
 
-from . import changes
+from . import changes, sealing
 from .models import PRINCIPAL_NAMESPACE_SEPARATOR, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 
 KEY_PREFIX = "ask"
@@ -135,6 +136,27 @@ def agent_ensure(*, tenant: Tenant, slug: str, defaults: dict[str, Any]) -> Agen
         if changed:
             agent.save(update_fields=[*changed, "updated_at"])
     return agent
+
+
+# Standard Webhooks' secret form: "whsec_" and the base64 of the key's bytes (24 to 64 of them).
+SECRET_PREFIX = "whsec_"
+SECRET_BYTES = 32
+MAX_SECRET_LENGTH = 1000
+
+
+def agent_secret_generate() -> str:
+    """A new secret in Standard Webhooks' form, for an agent's signing key."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
+
+
+def agent_secret_set(*, agent: Agent, secret: str) -> None:
+    """Seal and store the agent's secret ("" removes it). Its executor reads it at each run."""
+    if len(secret) > MAX_SECRET_LENGTH:
+        raise AccountError(f"the secret is longer than {MAX_SECRET_LENGTH} characters")
+    if secret != secret.strip() or any(ord(c) < 32 or ord(c) == 127 for c in secret):
+        raise AccountError("the secret has spaces at its ends or control characters")
+    agent.secret_sealed = sealing.seal(secret)
+    agent.save(update_fields=["secret_sealed", "updated_at"])
 
 
 def oidc_issuer_set(*, tenant: Tenant, issuer: str, audience: str, jwks_url: str) -> OidcIssuer:

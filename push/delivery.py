@@ -22,11 +22,11 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
+from accounts.sealing import Unsealable, unseal
 from outbound import client, ssrf
 from tasks_app import encoders
 
 from . import dispatch, selectors, services, signing
-from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ class PushConfig(models.Model):
     config_id = models.CharField(max_length=ID_LENGTH, help_text="The A2A config id (the client's, or a server UUID).")
     url = models.URLField(max_length=URL_LENGTH)
     auth_scheme = models.CharField(max_length=SCHEME_LENGTH, blank=True, default="")
-    # Fernet tokens (push.sealing); never shown in the admin or logged.
+    # Fernet tokens (accounts.sealing); never shown in the admin or logged.
     credentials_sealed = models.TextField(blank=True, default="", editable=False)
     token_sealed = models.TextField(blank=True, default="", editable=False)
     status = models.CharField(max_length=8, choices=ConfigStatus.choices, default=ConfigStatus.ACTIVE)

@@ -12,6 +12,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Agent
+from accounts.sealing import Unsealable, unseal
 from accounts.selectors import Principal
 from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
@@ -19,7 +20,6 @@ from tasks_app.selectors import task_for_caller
 
 from .domain import REDACTED, PushConfigView
 from .models import PushConfig
-from .sealing import Unsealable, unseal
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import Agent
+from accounts.sealing import seal
 from accounts.selectors import Principal
 from outbound import ssrf
 from tasks_app.errors import InvalidParams
@@ -30,7 +31,6 @@ from tasks_app.services import task_lock_for_caller, task_push_configs_mark
 from . import dispatch
 from .domain import REDACTED, PushConfigInput
 from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
-from .sealing import seal
 
 # RFC 9110 token (an auth scheme) and visible ASCII plus space (credentials, token): header
 # values must not smuggle a CR/LF into the request.

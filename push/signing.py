@@ -24,8 +24,9 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.sealing import seal, unseal
+
 from .models import SigningKey
-from .sealing import seal, unseal
 
 ALGORITHM = "ES256"
 

@@ -140,3 +140,6 @@ class RunInputs:
     accepted_output_modes: list[str]
     run_token: uuid.UUID
     history: list[MessageView]
+    # The agent's secret, unsealed; None when no configured key opens it.
+    agent_secret: str | None = ""
+    executor_state: dict[str, Any] = field(default_factory=dict)

@@ -43,6 +43,9 @@ class Task(models.Model):
     # know without a query whether an event needs push deliveries.
     has_push_configs = models.BooleanField(default=False, db_default=False)
     metadata = models.JSONField(default=dict, blank=True)
+    # What the task's executor keeps between its runs (a fronted agent: the upstream's task
+    # id), through AgentContext.state; never shown to clients.
+    executor_state = models.JSONField(default=dict, blank=True, db_default={})
     accepted_output_modes = models.JSONField(default=list, blank=True)
     # The pending or running unit of work. Each client message that needs the agent gets a
     # fresh token; a worker claims it by compare-and-set on (token, claimed_at is null).

@@ -13,7 +13,7 @@ from django.db import connections
 
 from . import dispatch, services
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
-from .executors import AgentContext, executor_for
+from .executors import AgentContext, Misconfigured, executor_for
 from .lifecycle import Failure, Role
 from .storable import Refused
 
@@ -55,11 +55,15 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
         settings=inputs.agent_settings,
         accepted_output_modes=inputs.accepted_output_modes,
         run_token=inputs.run_token,
+        agent_secret=inputs.agent_secret,
+        state=dict(inputs.executor_state),
     )
     try:
         executor.execute(ctx)
     except TaskClosed:
         return "closed"
+    except Misconfigured as exc:
+        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: {exc}")
     except SoftTimeLimitExceeded:
         _discard_connections()
         return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")

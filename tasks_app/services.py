@@ -7,6 +7,7 @@ the wake-up hint and enqueue work. No network I/O and no agent code run inside.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from django.db.models import BigIntegerField, F, Func, Max, Model, Sum, TextFiel
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
+from accounts import sealing
 from accounts.models import Agent
 from accounts.selectors import Principal
 
@@ -38,6 +40,8 @@ from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failu
 from .models import ACTIVE_STATES, Artifact, Message, StatusChange, StorageCount, Task, TaskEvent, TenantStorage
 from .parts import Part, PartError, validate_all
 from .selectors import message_view, run_inputs
+
+log = logging.getLogger(__name__)
 
 # For each state, the states a task may be in to move to it (the state machine, inverted):
 # the single-statement writes check it in their WHERE clause, bound as one text[] value.
@@ -375,7 +379,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         )
         if not rows:
             return None
-        pk, context_id, accepted, token, executor, agent_settings, history = rows[0]
+        pk, context_id, accepted, token, executor, agent_settings, history, sealed, state = rows[0]
         return RunInputs(
             task_id=str(pk),
             context_id=context_id,
@@ -384,6 +388,8 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
             accepted_output_modes=sql.loads(accepted),
             run_token=token,
             history=sql.messages_from_json(history),
+            agent_secret=_unsealed(sealed, task_id=pk),
+            executor_state=sql.loads(state) or {},
         )
     if not run_claim(task_id=task_id, run_token=run_token):
         return None
@@ -399,7 +405,30 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         accepted_output_modes=task.accepted_output_modes,
         run_token=task.run_token or run_token,
         history=history,
+        agent_secret=_unsealed(task.agent.secret_sealed, task_id=task.pk),
+        executor_state=task.executor_state or {},
     )
+
+
+def _unsealed(sealed: str, *, task_id: Any) -> str | None:
+    try:
+        return sealing.unseal(sealed)
+    except sealing.Unsealable:
+        log.error("task %s: its agent's secret cannot be decrypted with the configured keys", task_id)
+        return None
+
+
+def task_executor_state_save(*, task_id: Any, run_token: Any, state: dict[str, Any]) -> None:
+    """Keep what the task's executor needs at its next run (AgentContext.state). Only the
+    run that holds the task may: a superseded or closed run gets TaskClosed."""
+    storable.check(state, where="executor state")
+    saved = (
+        Task.objects.filter(pk=task_id, run_token=run_token)
+        .exclude(state__in=TERMINAL)
+        .update(executor_state=state, updated_at=timezone.now())
+    )
+    if not saved:
+        raise TaskClosed(f"task {task_id} is closed or has moved on to a newer run")
 
 
 def _run_write_in_one_statement(

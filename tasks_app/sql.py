@@ -392,10 +392,11 @@ WITH claimed AS (
     UPDATE {T} SET run_claimed_at = %(now)s
     WHERE id = %(task_id)s AND run_token = %(run_token)s AND run_claimed_at IS NULL
       AND state <> ALL(%(terminal)s::text[])
-    RETURNING id, agent_id, context_id, accepted_output_modes, run_token
+    RETURNING id, agent_id, context_id, accepted_output_modes, run_token, executor_state
 )
 SELECT claimed.id, claimed.context_id, claimed.accepted_output_modes, claimed.run_token,
-       agent.executor, agent.settings, {_HISTORY.format(task="claimed")}
+       agent.executor, agent.settings, {_HISTORY.format(task="claimed")},
+       agent.secret_sealed, claimed.executor_state
 FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
 """
 

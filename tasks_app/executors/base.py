@@ -27,6 +27,28 @@ class AgentContext:
     accepted_output_modes: list[str] = field(default_factory=list)
     run_token: Any = None
     settled: bool = False
+    # The agent's secret as its tenant set it ("" when none; None when the server's keys cannot
+    # open it): read it through `secret`, which says so.
+    agent_secret: str | None = ""
+    # What this executor kept on this task at an earlier run; change it, then `save_state()`.
+    state: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def secret(self) -> str:
+        if self.agent_secret is None:
+            raise Misconfigured(
+                "the agent's secret cannot be decrypted with this server's keys (PUSH_CREDENTIALS_KEY): set it again"
+            )
+        return self.agent_secret
+
+    @property
+    def extensions(self) -> list[str]:
+        """The extensions (URIs) the incoming message names."""
+        return list(self.message.extensions or [])
+
+    def save_state(self) -> None:
+        """Keep `state` for this task's next run (a later message, a rerun)."""
+        services.task_executor_state_save(task_id=self.task_id, run_token=self.run_token, state=self.state)
 
     @property
     def text(self) -> str:
@@ -129,6 +151,11 @@ class AgentContext:
         self.settled = True
 
 
+class Misconfigured(Exception):
+    """The agent cannot run as its tenant configured it (a missing setting, an unreadable
+    secret): its task fails with this message as the reason, as a misconfiguration."""
+
+
 class Executor:
     """Subclass, set `name`, implement `execute`, and declare it in your distribution's entry
     points (group `agentserver.executors`, `name = module:Class`; see plugins.py)."""
@@ -156,4 +183,4 @@ def register(cls: type[Executor]) -> type[Executor]:
     return cls
 
 
-__all__ = ["AgentContext", "Executor", "REGISTRY", "register", "TaskClosed"]
+__all__ = ["AgentContext", "Executor", "Misconfigured", "REGISTRY", "register", "TaskClosed"]

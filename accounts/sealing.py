@@ -1,4 +1,6 @@
-"""Secrets at rest: push credentials, tokens and signing keys are stored Fernet-encrypted.
+"""Secrets at rest: push credentials, tokens and signing keys, and agents' secrets (a webhook
+agent's signing secret, a fronted agent's upstream credential) are stored Fernet-encrypted.
+It sits at the bottom (accounts) because agents' secrets are sealed here and push's above.
 
 The key is `PUSH_CREDENTIALS_KEY` (one or more Fernet keys, comma-separated: the first
 encrypts, all decrypt, so keys can be rotated), or else one derived from `SECRET_KEY` with
@@ -49,4 +51,4 @@ def unseal(sealed: str) -> str:
     try:
         return _current().decrypt(sealed.encode()).decode()
     except InvalidToken:
-        raise Unsealable("a sealed push secret could not be decrypted with the configured keys") from None
+        raise Unsealable("a sealed secret could not be decrypted with the configured keys") from None
