@@ -5,7 +5,6 @@ canceled so that the cancel is passed upstream."""
 
 from __future__ import annotations
 
-import logging
 import queue
 import time
 import uuid
@@ -16,10 +15,8 @@ from ...lifecycle import TaskState
 from ..base import AgentContext, Executor, Misconfigured
 from . import config
 from .convert import user_message
-from .session import END, Ended, Session
+from .session import Ended, Session
 from .translate import Action, Chunk, Failed, Memory, Remember, Reply, Status
-
-log = logging.getLogger(__name__)
 
 # How often the run looks whether our task was canceled while it reads the upstream: one
 # state read per interval; the cancel reaches the upstream at most this much (plus one
@@ -46,25 +43,32 @@ class A2AUpstreamExecutor(Executor):
             settings, message, memory, accepted_output_modes=list(ctx.accepted_output_modes), task_id=ctx.task_id
         )
         session.start()
-        canceled = False
+        ended, cancel_upstream = False, True
         try:
-            canceled = self._follow(ctx, session)
-        except BaseException:
-            canceled = True  # the run is ending early (a closed task, the time limit): so is the upstream's
+            ended = not self._follow(ctx, session)
+        except TaskClosed:
+            # The task moved on to a newer run (an operator re-dispatched it): that run speaks
+            # to the upstream now, so this one only stops reading.
+            cancel_upstream = False
             raise
         finally:
-            session.cancel() if canceled else session.release()
+            # Any other way out (our task canceled, the time limit, a part the store refused,
+            # a misconfiguration) leaves an upstream task no one will read: it is canceled.
+            if ended:
+                session.release()
+            else:
+                session.stop(cancel_upstream=cancel_upstream)
             session.join(session.cancel_wait)
 
     def _follow(self, ctx: AgentContext, session: Session) -> bool:
-        """Perform the session's actions as they come; True when our task was canceled."""
+        """Perform the session's actions as they come, until it ends (False) or our task is
+        canceled (True)."""
         looked = time.monotonic()
         while True:
             action = _next(session, CANCEL_POLL)
             if time.monotonic() - looked >= CANCEL_POLL:
                 looked = time.monotonic()
                 if ctx.cancelled:
-                    _drain(session)
                     return True
             if action is None:
                 continue
@@ -73,7 +77,6 @@ class A2AUpstreamExecutor(Executor):
             try:
                 _perform(ctx, action)
             except TaskClosed:
-                _drain(session)
                 if ctx.cancelled:
                     return True
                 raise
@@ -84,16 +87,6 @@ def _next(session: Session, timeout: float) -> Action | Ended | None:
         return session.actions.get(timeout=timeout)
     except queue.Empty:
         return None
-
-
-def _drain(session: Session) -> None:
-    """Stop the session and let it end (it asks the upstream to cancel as it does); what it
-    still reports is not ours to write any more."""
-    session.cancel()
-    deadline = time.monotonic() + session.cancel_wait
-    while time.monotonic() < deadline:
-        if _next(session, 0.1) is END:
-            return
 
 
 def _perform(ctx: AgentContext, action: Action) -> None:

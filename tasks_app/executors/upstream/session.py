@@ -119,7 +119,8 @@ class Session:
         self.translator = Translator(memory)
         self.actions: queue.Queue[Action | Ended] = queue.Queue()
         self.cancel_outcome = ""  # what became of our CancelTask, for the log and the tests
-        self._cancel = threading.Event()
+        self._stop = threading.Event()
+        self._cancel = threading.Event()  # ... and cancel the upstream task
         self._released = threading.Event()
         self._ended = False
         self._abandoned = False  # the exchange failed while the upstream task may go on
@@ -134,10 +135,13 @@ class Session:
     def start(self) -> None:
         self._thread.start()
 
-    def cancel(self) -> None:
-        """Our task was canceled, or our run is ending before the upstream's task did: stop
-        reading and ask the upstream to cancel its task (unless it is over already)."""
-        self._cancel.set()
+    def stop(self, *, cancel_upstream: bool) -> None:
+        """Stop reading the upstream (our task was canceled, or our run is ending before the
+        upstream's task did); with `cancel_upstream`, ask the upstream to cancel its task
+        (unless it is over already)."""
+        if cancel_upstream:
+            self._cancel.set()
+        self._stop.set()
         self.release()
 
     def release(self) -> None:
@@ -219,13 +223,13 @@ class Session:
                 await self._client.close()
 
     async def _follow(self, streaming: bool) -> None:
+        if self._stop.is_set():
+            return  # stopped before a word went upstream: none will (a known upstream task is canceled)
         self._work = asyncio.create_task(self._exchange(streaming))
-        if self._cancel.is_set():
-            self._on_release()
         try:
             await self._work
         except (asyncio.CancelledError, _Stopped):
-            if not self._cancel.is_set():
+            if not self._stop.is_set():
                 raise
         except UpstreamFailure as exc:
             # Our task fails; an upstream task left behind would work on for no one.
@@ -235,9 +239,9 @@ class Session:
     def _on_release(self) -> None:
         if self._wake is not None:
             self._wake.set()
-        if not self._cancel.is_set() or self._work is None or self._work.done():
+        if not self._stop.is_set() or self._work is None or self._work.done():
             return
-        if self.translator.memory.task_id:
+        if self.translator.memory.task_id or not self._cancel.is_set():
             self._work.cancel()
         # Else the upstream has not named its task yet: the exchange stops as soon as it does
         # (_apply), or after the timeout, whichever comes first.
@@ -255,7 +259,7 @@ class Session:
     def _apply(self, response: StreamResponse) -> None:
         for action in self.translator.feed(response):
             self._put(action)
-        if self._cancel.is_set() and self.translator.memory.task_id:
+        if self._stop.is_set() and (self.translator.memory.task_id or not self._cancel.is_set()):
             raise _Stopped
 
     async def _exchange(self, streaming: bool) -> None:
