@@ -191,6 +191,10 @@ class Upstream:
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._socket]}, daemon=True)
 
+    def require_token(self, token: str) -> None:
+        """Answer HTTP 401 to any call without `Authorization: Bearer <token>`."""
+        self.app.token = token
+
     def cut_streams(self, *, after: int, times: int) -> None:
         """Drop the connection of the next `times` streams after `after` events each (the
         task goes on: a stream is one reader of it)."""
@@ -225,6 +229,7 @@ class _Recorder:
     def __init__(self, app: Any, seen: Seen, *, only_0_3: bool) -> None:
         self.app, self.seen, self.only_0_3 = app, seen, only_0_3
         self.cut_after, self.cuts_left = 0, 0
+        self.token = ""
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -251,6 +256,10 @@ class _Recorder:
                 "x-api-key": headers.get("x-api-key", ""),
             }
         )
+        if self.token and headers.get("authorization") != f"Bearer {self.token}":
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
         if self.only_0_3 and method in V1_METHODS:
             answer = orjson.dumps(
                 {"jsonrpc": "2.0", "id": request.get("id"), "error": {"code": -32601, "message": "Method not found"}}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -53,7 +54,7 @@ V1_0_03_METHODS = {"message/send", "message/stream", "tasks/get", "tasks/cancel"
 
 
 @pytest.fixture(autouse=True)
-def _quiet_upstream(caplog):
+def _quiet_upstream():
     # The SDK's server logs an agent's exception with its traceback: expected here.
     logging.getLogger("a2a").setLevel(logging.CRITICAL)
     yield
@@ -500,6 +501,28 @@ def test_the_agents_secret_is_sent_as_a_bearer_token_or_in_the_header_named(rpc,
     assert state(rpc.send(FRONTED, "echo a", key=alice_key).result["task"]) == "COMPLETED"
     assert state(rpc.send("/agents/acme/keyed/", "echo b", key=alice_key).result["task"]) == "COMPLETED"
     assert [(c["authorization"], c["x-api-key"]) for c in upstream.seen.calls] == [("Bearer s3cret", ""), ("", "k3y")]
+
+
+@in_process
+def test_a_wrong_secret_fails_the_task_with_the_upstreams_http_status(rpc, tenant, alice_key, any_upstream):
+    any_upstream.require_token("right")
+    agent_secret_set(agent=fronted(tenant, any_upstream.base), secret="wrong")
+    task = rpc.send(FRONTED, "echo x", key=alice_key).result["task"]
+    assert (state(task), status_text(task)) == (
+        "FAILED",
+        "the upstream agent answered HTTP 401 (is the agent's secret right?)",
+    )
+
+
+@in_process
+def test_an_upstream_that_does_not_answer_in_time_fails_the_task_saying_how_long_it_waited(rpc, tenant, alice_key):
+    with socket.socket() as silent:  # it takes connections and never says a word
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        fronted(tenant, f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout=1)
+        task = rpc.send(FRONTED, "echo x", key=alice_key).result["task"]
+    assert state(task) == "FAILED"
+    assert failure(task)[1].endswith("/.well-known/agent-card.json did not arrive within 1 s")
 
 
 @in_process
