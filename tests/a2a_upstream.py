@@ -59,6 +59,7 @@ class Seen:
     """What the upstream saw, for the tests to read (appended from the server's thread)."""
 
     calls: list[dict[str, Any]] = field(default_factory=list)  # {"method", "version", "authorization", "x-api-key"}
+    card_requests: list[dict[str, str]] = field(default_factory=list)  # {"authorization", "x-api-key"}
     executions: list[tuple[str, str]] = field(default_factory=list)  # (task id, user text)
     cancelled: list[str] = field(default_factory=list)  # task ids whose cancel the executor ran
     cancel_seen: threading.Event = field(default_factory=threading.Event)
@@ -223,7 +224,7 @@ class _Cut(Exception):
 
 
 class _Recorder:
-    """Records each JSON-RPC call; as a 0.3-only server, refuses the 1.0 method names; cuts
+    """Records each JSON-RPC call and card request; as a 0.3-only server, refuses the 1.0 method names; cuts
     streams short when told to."""
 
     def __init__(self, app: Any, seen: Seen, *, only_0_3: bool) -> None:
@@ -232,7 +233,12 @@ class _Recorder:
         self.token = ""
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST":
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] != "POST":  # the card
+            headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+            self.seen.card_requests.append({name: headers.get(name, "") for name in ("authorization", "x-api-key")})
             await self.app(scope, receive, send)
             return
         chunks = []

@@ -501,6 +501,10 @@ def test_the_agents_secret_is_sent_as_a_bearer_token_or_in_the_header_named(rpc,
     assert state(rpc.send(FRONTED, "echo a", key=alice_key).result["task"]) == "COMPLETED"
     assert state(rpc.send("/agents/acme/keyed/", "echo b", key=alice_key).result["task"]) == "COMPLETED"
     assert [(c["authorization"], c["x-api-key"]) for c in upstream.seen.calls] == [("Bearer s3cret", ""), ("", "k3y")]
+    assert [(c["authorization"], c["x-api-key"]) for c in upstream.seen.card_requests] == [
+        ("Bearer s3cret", ""),
+        ("", "k3y"),  # the same card, fetched again with the other agent's credential
+    ]
 
 
 @in_process
@@ -559,7 +563,7 @@ def test_a_card_that_points_its_interface_at_a_refused_address_is_refused_too(
 ):
     elsewhere = card_v1(("http://127.0.0.2:9/rpc", "JSONRPC", "1.0"))
 
-    async def fetched(url: str, *, timeout: float) -> AgentCard:
+    async def fetched(url: str, *, timeout: float, headers: dict[str, str]) -> AgentCard:
         return cards.parse(elsewhere)
 
     monkeypatch.setattr(cards, "fetch", fetched)
@@ -693,7 +697,7 @@ def test_live_canceling_our_task_cancels_the_upstream_task(live, tenant, alice_k
     heard = any_upstream.seen.wait_for_cancel(timeout=2.5)
     latency = time.monotonic() - canceled_at
     assert heard == [upstream_task_of(task_id)]
-    assert latency < 1.5, latency
+    assert latency < 2.0, latency  # one look at our task every 0.5 s, then one CancelTask
     assert stream_method(any_upstream) in any_upstream.seen.methods()
     assert any_upstream.seen.methods()[-1] == ("CancelTask" if any_upstream.version == "1.0" else "tasks/cancel")
 

@@ -5,6 +5,7 @@ process that often, not one per message; a failed read is not kept."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -27,7 +28,9 @@ from outbound import transport
 USABLE_BINDINGS = ("JSONRPC", "HTTP+JSON")
 MAX_CACHED = 256
 
-_cache: dict[str, tuple[float, AgentCard]] = {}
+# (card URL, the credential sent) -> (until, card): an agent never gets a card that was
+# fetched with another agent's secret.
+_cache: dict[tuple[str, str], tuple[float, AgentCard]] = {}
 _lock = threading.Lock()
 
 
@@ -108,19 +111,24 @@ def choose(card: AgentCard, protocol: str) -> Chosen:
     )
 
 
-def _cached(url: str) -> AgentCard | None:
+def _key(url: str, headers: dict[str, str]) -> tuple[str, str]:
+    credential = hashlib.sha256(json.dumps(sorted(headers.items())).encode()).hexdigest() if headers else ""
+    return url, credential
+
+
+def _cached(key: tuple[str, str]) -> AgentCard | None:
     with _lock:
-        found = _cache.get(url)
+        found = _cache.get(key)
     if found is None or found[0] < time.monotonic():
         return None
     return found[1]
 
 
-def _keep(url: str, card: AgentCard) -> None:
+def _keep(key: tuple[str, str], card: AgentCard) -> None:
     with _lock:
         if len(_cache) >= MAX_CACHED:
             _cache.pop(min(_cache, key=lambda k: _cache[k][0]))
-        _cache[url] = (time.monotonic() + settings.AGENT_CARD_MAX_AGE, card)
+        _cache[key] = (time.monotonic() + settings.AGENT_CARD_MAX_AGE, card)
 
 
 def forget() -> None:
@@ -128,16 +136,19 @@ def forget() -> None:
         _cache.clear()
 
 
-async def fetch(url: str, *, timeout: float) -> AgentCard:
-    """The upstream's card at `url` (kept for a while); CardProblem says why there is none."""
-    found = _cached(url)
+async def fetch(url: str, *, timeout: float, headers: dict[str, str] | None = None) -> AgentCard:
+    """The upstream's card at `url` (kept for a while); CardProblem says why there is none.
+    `headers`: the agent's credential, sent with the card too (an upstream behind a gateway
+    may guard its card as it guards its endpoint; the tenant chose this URL)."""
+    key = _key(url, headers or {})
+    found = _cached(key)
     if found is not None:
         return found
     limit = int(settings.UPSTREAM_CARD_MAX_BYTES)
     where = f"the upstream's card at {url}"
     try:
         async with transport.guarded_client(
-            timeout=timeout, max_body=limit, headers={"Accept": "application/json"}
+            timeout=timeout, max_body=limit, headers={"Accept": "application/json", **(headers or {})}
         ) as http:
             response = await http.get(url)
     except transport.Refused as exc:
@@ -158,5 +169,5 @@ async def fetch(url: str, *, timeout: float) -> AgentCard:
         card = parse(data)
     except CardProblem as exc:
         raise CardProblem(f"{where} {exc}") from None
-    _keep(url, card)
+    _keep(key, card)
     return card

@@ -191,7 +191,7 @@ class Session:
             self._on_release()
         config = self.config
         try:
-            card = await cards.fetch(config.card_url, timeout=config.timeout)
+            card = await cards.fetch(config.card_url, timeout=config.timeout, headers=config.auth)
         except cards.CardProblem as exc:
             self._put(Failed(str(exc), misconfigured=True))
             return
