@@ -11,6 +11,7 @@ What the agent does depends on the first word of the user's text:
     echo <text>   working, the artifact "echo: <text>" in three chunks, completed
     drip <text>   as echo, with 0.3 s before each chunk (long enough to watch it stream)
     slow          working, then waits (2.5 s at most) for a cancel
+    stall         working, then waits (10 s at most) for a cancel: past the live worker's time limit
     ask           input-required "Which colour?"; the follow-up completes with "colour: <text>"
     fail          failed "the upstream could not do it"
     reject        rejected
@@ -110,9 +111,9 @@ class ScriptedAgent(AgentExecutor):
                     last_chunk=i == CHUNKS - 1,
                 )
             await updater.complete(say("done"))
-        elif word == "slow":
+        elif word in ("slow", "stall"):
             await updater.start_work(say("taking my time"))
-            await asyncio.sleep(SLOW_FOR)  # a cancel ends this sleep (the SDK cancels execute)
+            await asyncio.sleep(SLOW_FOR if word == "slow" else 10)  # a cancel ends this sleep
             await updater.complete(say("too late"))
         elif word == "ask":
             await updater.requires_input(say("Which colour?"))

@@ -50,7 +50,7 @@ from tasks_app.models import TaskEvent
 from tests.a2a_upstream import Upstream
 from tests.conftest import make_agent
 
-V1_0_03_METHODS = {"message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe"}
+METHODS_0_3 = {"message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe"}
 
 
 @pytest.fixture(autouse=True)
@@ -424,7 +424,7 @@ def test_an_upstream_that_speaks_only_0_3_is_spoken_to_in_0_3(rpc, tenant, alice
     fronted(tenant, upstream_03.base)
     task = rpc.send(FRONTED, "echo old friend", key=alice_key).result["task"]
     assert state(task) == "COMPLETED" and artifact_text(task) == "echo: old friend [1] [2]"
-    assert set(upstream_03.seen.methods()) <= V1_0_03_METHODS
+    assert set(upstream_03.seen.methods()) <= METHODS_0_3
 
 
 @in_process
@@ -575,6 +575,32 @@ def test_a_card_that_points_its_interface_at_a_refused_address_is_refused_too(
     )
 
 
+@in_process
+def test_a_stream_that_drops_is_read_again_by_resubscribing_without_repeating_a_thing(
+    rpc, tenant, alice_key, any_upstream
+):
+    any_upstream.cut_streams(after=2, times=1)  # the task and "working", then the line goes dead
+    fronted(tenant, any_upstream.base)
+    task = rpc.send(FRONTED, "drip on", key=alice_key).result["task"]
+    assert state(task) == "COMPLETED" and artifact_text(task) == "echo: on [1] [2]"
+    resubscribe = "SubscribeToTask" if any_upstream.version == "1.0" else "tasks/resubscribe"
+    assert any_upstream.seen.methods() == [stream_method(any_upstream), resubscribe]
+    log = stored_events(task["id"])
+    assert log[:2] == [("status", "submitted"), ("status", "working")] and log[-1] == ("status", "completed")
+    assert [k for k, _ in log].count("status") == 3  # working once, whatever the snapshots repeat
+
+
+@in_process
+def test_when_resubscribing_keeps_failing_the_upstream_task_is_polled_to_its_end(rpc, tenant, alice_key, upstream):
+    upstream.cut_streams(after=2, times=4)  # the stream, then each of the three resubscriptions
+    fronted(tenant, upstream.base)
+    task = rpc.send(FRONTED, "drip on", key=alice_key).result["task"]
+    assert state(task) == "COMPLETED" and artifact_text(task) == "echo: on [1] [2]"
+    methods = upstream.seen.methods()
+    assert methods[:4] == ["SendStreamingMessage", "SubscribeToTask", "SubscribeToTask", "SubscribeToTask"]
+    assert set(methods[4:]) == {"GetTask"}
+
+
 # --- through the live stack, with the official client on our side too ---------------------
 
 
@@ -703,6 +729,22 @@ def test_live_canceling_our_task_cancels_the_upstream_task(live, tenant, alice_k
 
 
 @live_stack
+def test_live_an_upstream_task_that_outlasts_our_time_limit_fails_ours_and_is_canceled(
+    live, tenant, alice_key, upstream
+):
+    fronted(tenant, upstream.base)
+
+    async def scenario() -> Task:
+        async with our_client(live.url, alice_key, streaming=False) as client:
+            return [r.task async for r in client.send_message(ask("stall"))][0]
+
+    task = asyncio.run(scenario())
+    assert task.status.state == FAILED
+    assert failure({"id": task.id}) == ("time-limit", "the agent exceeded its time limit of 3 s")
+    assert upstream.seen.wait_for_cancel(timeout=5) == [upstream_task_of(task.id)]
+
+
+@live_stack
 def test_live_input_required_then_a_follow_up_continues_the_same_upstream_task(live, tenant, alice_key, any_upstream):
     fronted(tenant, any_upstream.base)
 
@@ -752,29 +794,3 @@ def test_live_an_upstream_outside_the_allowed_networks_is_refused_by_the_guard(l
     kind, reason = failure({"id": task.id})
     assert kind == "misconfigured"
     assert f"requests may not be sent to {host.strip('[]')}: it is a loopback address" in reason
-
-
-@in_process
-def test_a_stream_that_drops_is_read_again_by_resubscribing_without_repeating_a_thing(
-    rpc, tenant, alice_key, any_upstream
-):
-    any_upstream.cut_streams(after=2, times=1)  # the task and "working", then the line goes dead
-    fronted(tenant, any_upstream.base)
-    task = rpc.send(FRONTED, "drip on", key=alice_key).result["task"]
-    assert state(task) == "COMPLETED" and artifact_text(task) == "echo: on [1] [2]"
-    resubscribe = "SubscribeToTask" if any_upstream.version == "1.0" else "tasks/resubscribe"
-    assert any_upstream.seen.methods() == [stream_method(any_upstream), resubscribe]
-    log = stored_events(task["id"])
-    assert log[:2] == [("status", "submitted"), ("status", "working")] and log[-1] == ("status", "completed")
-    assert [k for k, _ in log].count("status") == 3  # working once, whatever the snapshots repeat
-
-
-@in_process
-def test_when_resubscribing_keeps_failing_the_upstream_task_is_polled_to_its_end(rpc, tenant, alice_key, upstream):
-    upstream.cut_streams(after=2, times=4)  # the stream, then each of the three resubscriptions
-    fronted(tenant, upstream.base)
-    task = rpc.send(FRONTED, "drip on", key=alice_key).result["task"]
-    assert state(task) == "COMPLETED" and artifact_text(task) == "echo: on [1] [2]"
-    methods = upstream.seen.methods()
-    assert methods[:4] == ["SendStreamingMessage", "SubscribeToTask", "SubscribeToTask", "SubscribeToTask"]
-    assert set(methods[4:]) == {"GetTask"}
