@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, register_converter
 
 from . import views
 from .bindings import HTTP_JSON, JSONRPC
@@ -18,6 +18,22 @@ from .consumers import AgentConsumer
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
 PREFIX = "/agents/"
+
+
+class _Below:
+    """Whatever follows the agent's path: Django's own `path` converter stops at a newline, and
+    a segment a client percent-encodes may hold one (the route refuses it in its own form)."""
+
+    regex = r"(?s:.+)"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(_Below, "below")
 
 _agent_rpc = AgentConsumer.as_asgi(binding=JSONRPC)
 _agent_rest = AgentConsumer.as_asgi(binding=HTTP_JSON)
@@ -40,7 +56,7 @@ ROUTES = [
     Route(path("agents/<str:tenant>/<str:agent>", views.agent_rpc), _agent_rpc),
     # Every other path below the agent's is an HTTP+JSON route, or answers as one that nothing
     # is there: a client of those routes parses google.rpc.Status.
-    Route(path("agents/<str:tenant>/<str:agent>/<path:path>", views.agent_rest, name="agent-rest"), _agent_rest),
+    Route(path("agents/<str:tenant>/<str:agent>/<below:path>", views.agent_rest, name="agent-rest"), _agent_rest),
 ]
 
 urlpatterns = [route.pattern for route in ROUTES]

@@ -192,6 +192,14 @@ def test_an_unknown_task_is_404_not_found_with_its_error_info(rest, echo_agent, 
     assert error["message"] == f"task {task_id!r} not found"
 
 
+@pytest.mark.parametrize("task_id", ["a%0Ab", "%E2%80%AE", "urn:uuid:x", "x" * 201])
+def test_any_other_id_in_the_path_is_a_task_not_found_or_invalid_params_never_a_missing_route(
+    rest, echo_agent, alice_key, task_id
+):
+    response = rest("GET", ECHO, f"tasks/{task_id}", key=alice_key)
+    assert (response.status, response.reason) in ((404, "TASK_NOT_FOUND"), (400, "INVALID_PARAMS"))
+
+
 def test_cancel_of_a_completed_task_is_409_task_not_cancelable(rest, echo_agent, alice_key):
     task = send(rest, ECHO, key=alice_key).body["task"]
     response = rest("POST", ECHO, f"tasks/{task['id']}:cancel", key=alice_key)
@@ -466,6 +474,23 @@ def rpc_error_as_rest(error: dict) -> tuple[str, str]:
     """(reason, message) a JSON-RPC error corresponds to over HTTP+JSON."""
     reason = error["data"][0]["reason"] if "data" in error else {-32602: "INVALID_PARAMS"}[error["code"]]
     return reason, error["message"].removeprefix("params.")
+
+
+def test_a_route_costs_the_statements_its_json_rpc_method_does(
+    rpc, rest, echo_agent, alice_key, monkeypatch, django_assert_num_queries
+):
+    from tasks_app import dispatch
+
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
+    task_id = rpc.send(ECHO, key=alice_key, configuration={"returnImmediately": True}).result["task"]["id"]
+    # Agent and key lookups, then one statement: the task with its history and artifacts, or the
+    # new task with its message, status change and event.
+    with django_assert_num_queries(3):
+        rest("GET", ECHO, f"tasks/{task_id}", key=alice_key)
+    with django_assert_num_queries(3):
+        rpc(ECHO, "GetTask", {"id": task_id}, key=alice_key)
+    with django_assert_num_queries(3):
+        send(rest, ECHO, key=alice_key, configuration={"returnImmediately": True})
 
 
 def test_send_message_gives_the_same_task_through_both(rpc, rest, echo_agent, alice_key):

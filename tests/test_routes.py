@@ -28,6 +28,7 @@ def test_the_card_is_served_by_django_without_a_consumer():
         ("/agents/acme/echo/extra", "extra"),
         ("/agents/acme/echo//message:send", "/message:send"),
         ("/agents/ac%me/echo/.well-known/agent-card.json", ".well-known/agent-card.json"),  # no slug: no card
+        ("/agents/acme/echo/tasks/a\nb", "tasks/a\nb"),  # a newline the client percent-encoded
     ],
 )
 def test_a_path_below_an_agent_s_goes_to_the_http_json_consumer_and_view_with_the_same_arguments(path, below):
