@@ -100,7 +100,7 @@ class AgentConsumer(AsyncHttpConsumer):
         except Exception:  # noqa: BLE001 - answer something rather than leave the client hanging
             log.exception("agent endpoint %s failed", self.scope.get("path"))
             if not started:
-                fault = Fault(500, jsonrpc.INTERNAL_ERROR, endpoint.INTERNAL, "INTERNAL_ERROR")
+                fault = Fault(500, jsonrpc.INTERNAL_ERROR, base.INTERNAL, "INTERNAL_ERROR")
                 reply = self.binding.fault(None, fault, request)
                 await self.send_response(reply.status, reply.body, headers=_encoded(reply.all_headers()))
             else:

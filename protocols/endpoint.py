@@ -34,6 +34,7 @@ from tasks_app.errors import (
 
 from . import auth, dialects, jsonrpc, throttle
 from .bindings import AgentRequest, Binding, Fault, Incoming, Reply, Streamed
+from .bindings.base import INTERNAL
 from .cards import required_extensions
 from .exchange import Call, EventStream
 
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 # How long a client should wait before it sends again a request this process refused while
 # shutting down (another process, or this one restarted, will answer it).
 SHUTDOWN_RETRY_AFTER = 1
-INTERNAL = "internal error; it has been logged"
 
 
 def _store_unavailable(exc: Exception, where: str) -> Fault:

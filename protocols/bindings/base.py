@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
-from tasks_app import streams
-from tasks_app.errors import DomainError
+from tasks_app import storable, streams
+from tasks_app.errors import ContentTypeNotSupported, DomainError
 
 from ..exchange import EventStream
 
@@ -31,6 +31,7 @@ SSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 KEEP_ALIVE = b": keep-alive\n\n"
+INTERNAL = "internal error; it has been logged"  # what a bug tells the caller
 
 ErrorWriter = Callable[[Any, DomainError], bytes]  # (request id, error) -> a JSON-RPC error response
 
@@ -48,6 +49,19 @@ class AgentRequest:
     base_url: str
     client: str = ""  # the client's address, as the server saw it
     path: str = ""  # below the agent's path: "" for the path itself, "tasks/…" for an HTTP+JSON route
+
+
+def media_type(headers: Mapping[str, str]) -> str:
+    """The media type a request's Content-Type names, without its parameters."""
+    return headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def json_body_refused(headers: Mapping[str, str]) -> ContentTypeNotSupported | None:
+    """Why a request body of this Content-Type is not read, if it is not JSON."""
+    sent = media_type(headers)
+    if sent in JSON_CONTENT_TYPES:
+        return None
+    return ContentTypeNotSupported(f"Content-Type {storable.brief(sent or '(none)')} is not supported; use {JSON}")
 
 
 def query_of(raw: str) -> dict[str, str]:

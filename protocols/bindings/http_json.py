@@ -19,12 +19,11 @@ from typing import Any
 import orjson
 
 from tasks_app import storable
-from tasks_app.errors import AGENTSERVER_ERROR_DOMAIN, ContentTypeNotSupported, DomainError
+from tasks_app.errors import AGENTSERVER_ERROR_DOMAIN, DomainError
 
 from .. import jsonrpc
 from ..exchange import EventStream
-from .base import JSON, JSON_CONTENT_TYPES, AgentRequest, ErrorWriter, Fault, Incoming, Reply, Streamed
-from .jsonrpc import content_type
+from .base import INTERNAL, AgentRequest, ErrorWriter, Fault, Incoming, Reply, Streamed, json_body_refused
 
 A2A_JSON = "application/a2a+json"
 A2A_DOMAIN = jsonrpc.ERROR_DOMAIN
@@ -129,21 +128,16 @@ def domain_status(exc: DomainError) -> tuple[int, bytes]:
     return http, status_body(http, status, _unprefixed(exc.message), reason, exc.domain or A2A_DOMAIN)
 
 
-def _media_type(request: AgentRequest) -> str:
-    """application/json, as A2A 1.0 §11.1 has it; application/a2a+json to a client that asks
-    for it (the specification after 1.0 prefers it)."""
+def _headers(request: AgentRequest, headers: dict[str, str] | None = None) -> dict[str, str]:
+    """An answer's headers. Its Content-Type is application/json, as A2A 1.0 §11.1 has it, or
+    application/a2a+json for a client that asks for it (the specification after 1.0 prefers it)."""
     accept = request.headers.get("accept", "")
     wanted = {part.split(";", 1)[0].strip().lower() for part in accept.split(",")}
-    return A2A_JSON if A2A_JSON in wanted else JSON
+    return {**(headers or {}), **({"Content-Type": A2A_JSON} if A2A_JSON in wanted else {})}
 
 
 def _bad(message: str, reason: str, request: AgentRequest) -> Reply:
-    return Reply(400, status_body(400, "INVALID_ARGUMENT", message, reason, A2A_DOMAIN), _typed(request))
-
-
-def _typed(request: AgentRequest, headers: dict[str, str] | None = None) -> dict[str, str]:
-    media_type = _media_type(request)
-    return {**(headers or {}), **({"Content-Type": media_type} if media_type != JSON else {})}
+    return Reply(400, status_body(400, "INVALID_ARGUMENT", message, reason, A2A_DOMAIN), _headers(request))
 
 
 def _path(request: AgentRequest) -> str:
@@ -174,14 +168,14 @@ class HttpJsonBinding:
         matched = self._match(_path(request))
         if matched is None:
             message = f"no A2A HTTP+JSON route at {storable.brief(request.path)} below this agent's path"
-            return Reply(404, status_body(404, "NOT_FOUND", message, "METHOD_NOT_FOUND", A2A_DOMAIN), _typed(request))
+            return Reply(404, status_body(404, "NOT_FOUND", message, "METHOD_NOT_FOUND", A2A_DOMAIN), _headers(request))
         route, _ = matched
         method = route.methods.get(request.http_method)
         if method is None:
             allowed = ", ".join(route.methods)
             message = f"{storable.brief(request.http_method)} is not allowed on {route.template}; use {allowed}"
             reply = Reply(
-                405, status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN), _typed(request)
+                405, status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN), _headers(request)
             )
             reply.headers["Allow"] = allowed
             return reply
@@ -210,13 +204,9 @@ class HttpJsonBinding:
         body = request.body or b""
         if not body.strip():
             return {}  # :cancel and :subscribe need none
-        media_type = content_type(request.headers)
-        if media_type not in JSON_CONTENT_TYPES:
-            exc = ContentTypeNotSupported(
-                f"Content-Type {storable.brief(media_type or '(none)')} is not supported; use {JSON}"
-            )
-            http, body_ = domain_status(exc)
-            return Reply(http, body_, _typed(request))
+        refused = json_body_refused(request.headers)
+        if refused is not None:
+            return Reply(*domain_status(refused), _headers(request))
         try:
             value = storable.loads(body)
         except (storable.Malformed, storable.Refused) as exc:
@@ -233,14 +223,14 @@ class HttpJsonBinding:
         return value
 
     def result(self, incoming: Incoming, value: Any, headers: dict[str, str], request: AgentRequest) -> Reply:
-        return Reply(200, storable.dumps(value), _typed(request, headers))
+        return Reply(200, storable.dumps(value), _headers(request, headers))
 
     def fault(self, request_id: Any, fault: Fault, request: AgentRequest) -> Reply:
         http = fault.status if fault.status != 200 else DOMAIN_STATUS[fault.code][0]
         status = HTTP_STATUS.get(http, "UNKNOWN")
         domain = A2A_DOMAIN if fault.reason in CODE_REASONS.values() else AGENTSERVER_ERROR_DOMAIN
         body = status_body(http, status, fault.message, fault.reason, domain)
-        return Reply(http, body, _typed(request, fault.headers))
+        return Reply(http, body, _headers(request, fault.headers))
 
     def error(
         self,
@@ -251,7 +241,7 @@ class HttpJsonBinding:
         headers: dict[str, str],
     ) -> Reply:
         http, body = domain_status(exc)
-        return Reply(http, body, _typed(request, headers))
+        return Reply(http, body, _headers(request, headers))
 
     def streamed(
         self,
@@ -263,7 +253,7 @@ class HttpJsonBinding:
     ) -> Streamed:
         def failure(exc: DomainError | None) -> bytes:
             if exc is None:
-                body = status_body(500, "INTERNAL", "internal error; it has been logged", "INTERNAL_ERROR", A2A_DOMAIN)
+                body = status_body(500, "INTERNAL", INTERNAL, "INTERNAL_ERROR", A2A_DOMAIN)
             else:
                 body = domain_status(exc)[1]
             # As the a2a-sdk's REST client reads a failure mid-stream (§11.7 names none).

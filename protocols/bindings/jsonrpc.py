@@ -4,15 +4,13 @@ inside a well-formed exchange with HTTP 200. Streams carry one JSON-RPC response
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from tasks_app import storable
-from tasks_app.errors import ContentTypeNotSupported, DomainError, TooManyActiveTasks
+from tasks_app.errors import DomainError, TooManyActiveTasks
 
 from .. import jsonrpc
 from ..exchange import EventStream
-from .base import JSON, JSON_CONTENT_TYPES, AgentRequest, ErrorWriter, Fault, Incoming, Reply, Streamed
+from .base import INTERNAL, AgentRequest, ErrorWriter, Fault, Incoming, Reply, Streamed, json_body_refused
 
 
 def _id_if_any(body: bytes) -> Any:
@@ -22,11 +20,6 @@ def _id_if_any(body: bytes) -> Any:
         return jsonrpc.parse(body).id
     except jsonrpc.EnvelopeError as exc:
         return exc.request_id
-
-
-def content_type(headers: Mapping[str, str]) -> str:
-    """The media type a request's Content-Type names, without parameters."""
-    return headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
 class JsonRpcBinding:
@@ -41,12 +34,9 @@ class JsonRpcBinding:
 
     def read(self, target: Any, request: AgentRequest) -> Incoming | Reply:
         body = request.body or b""
-        media_type = content_type(request.headers)
-        if media_type not in JSON_CONTENT_TYPES:
-            exc = ContentTypeNotSupported(
-                f"Content-Type {storable.brief(media_type or '(none)')} is not supported; use {JSON}"
-            )
-            return Reply(200, jsonrpc.domain_error(_id_if_any(body), exc))
+        refused = json_body_refused(request.headers)
+        if refused is not None:
+            return Reply(200, jsonrpc.domain_error(_id_if_any(body), refused))
         try:
             call = jsonrpc.parse(body)
         except jsonrpc.EnvelopeError as exc:
@@ -83,7 +73,7 @@ class JsonRpcBinding:
 
         def failure(exc: DomainError | None) -> bytes:
             if exc is None:
-                body = jsonrpc.error(request_id, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
+                body = jsonrpc.error(request_id, jsonrpc.INTERNAL_ERROR, INTERNAL)
             else:
                 body = dialect_error(request_id, exc)
             return b"data: %s\n\n" % body
