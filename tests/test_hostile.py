@@ -2,19 +2,22 @@
 
 Whatever a client sends, to every method of a keyed agent and of a public one, the answer is
 JSON-RPC (a stream of JSON-RPC responses for a streaming method that passed its checks) with
-the request's id whenever it had a usable one; never HTTP 5xx, never -32603; and a task
-stored before the run can still be read and listed after it. In-process through Django's
+the request's id whenever it had a usable one; never HTTP 5xx, never -32603. The same over
+HTTP+JSON, to every route and to paths of none: a google.rpc.Status with an ErrorInfo, a JSON
+result, or a stream of bare StreamResponses. And a task stored before the run can still be
+read and listed after it. In-process through Django's
 handler, and across daphne with a real Celery worker, whose logs must hold no traceback.
 
 The requests come from tests/hostile.py (built from the A2A 1.0 protobuf schema).
 
 - Default: a few dozen requests per method, in-process and live.
-- `HOSTILE_PROFILE=long` (with `HOSTILE_EXAMPLES` per method, default 1700: ~20,000 requests
-  over the 12 cases) is the benchmark-style run `bench/hostile.py` makes. It keeps going past
+- `HOSTILE_PROFILE=long` (with `HOSTILE_EXAMPLES` per case, default 1700: ~42,000 requests
+  over the 25 cases) is the benchmark-style run `bench/hostile.py` makes. It keeps going past
   a broken answer (as `HOSTILE_KEEP_GOING=1` does in any profile), counts it, and fails at
   the end with the first request of each kind of breakage; the default run stops at the first
   and lets hypothesis shrink it.
-- `HOSTILE_REPORT=<file>`: the counts per (HTTP status, JSON-RPC code) go there as markdown.
+- `HOSTILE_REPORT=<file>`: the counts per (HTTP status, JSON-RPC code or ErrorInfo reason) go
+  there as markdown.
 
 No request leaves this machine: in-process the SSRF guard's resolver is faked (`dns`) and
 push jobs are only recorded (`push_jobs`); live, push URLs are loopback literals outside the
@@ -98,7 +101,7 @@ class Tally:
             "|---|--:|--:|",
             *(f"| {name} | {n} | {seconds:.1f} |" for name, n, seconds in self.tests),
             "",
-            "| HTTP | JSON-RPC | requests |",
+            "| HTTP | JSON-RPC code or reason | requests |",
             "|--:|---|--:|",
             *(f"| {status} | {code} | {n} |" for (status, code), n in sorted(self.outcomes.items())),
         ]
