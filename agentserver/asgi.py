@@ -1,9 +1,10 @@
 """ASGI entry point for daphne: `daphne agentserver.asgi:application`.
 
-An agent's JSON-RPC endpoint (`/agents/<tenant>/<agent>/`) is a Channels consumer, which can
-answer with an SSE stream. Its other paths (the card) go through a Django handler without the
-site middleware: they authenticate by API key and need no sessions, CSRF, messages or user
-loading, and each of those middleware would cost a thread hop per request on an async view.
+An agent's endpoints (JSON-RPC at `/agents/<tenant>/<agent>/`, the HTTP+JSON routes below it)
+are Channels consumers, which can answer with an SSE stream. Its other paths (the card) go
+through a Django handler without the site middleware: they authenticate by API key and need no
+sessions, CSRF, messages or user loading, and each of those middleware would cost a thread hop
+per request on an async view.
 Everything else (the admin) gets the full stack.
 """
 

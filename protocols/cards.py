@@ -1,5 +1,6 @@
-"""The A2A 1.0 agent card of a hosted agent. It declares only what works: one JSON-RPC
-interface, capabilities as implemented, and exactly the schemes the server enforces (an API
+"""The A2A 1.0 agent card of a hosted agent. It declares only what works: an interface per
+binding (JSON-RPC first, the one clients should prefer; HTTP+JSON's routes below the same
+URL), capabilities as implemented, and exactly the schemes the server enforces (an API
 key; bearer tokens when the tenant has an OpenID Connect issuer), required unless the agent is
 public. Its description ends with who sees which tasks (docs/tenancy.md)."""
 
@@ -10,6 +11,8 @@ from typing import Any
 from accounts.models import Agent
 from accounts.selectors import oidc_issuer_of
 from tasks_app import media
+
+from .bindings import BINDINGS
 
 API_KEY_HEADER = "X-API-Key"
 API_KEY_SCHEME = "apiKey"
@@ -76,7 +79,9 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
     card: dict[str, Any] = {
         "name": agent.name,
         "description": f"{agent.description.rstrip()}\n\n{visibility(agent)}",
-        "supportedInterfaces": [{"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+        "supportedInterfaces": [
+            {"url": url, "protocolBinding": binding.name, "protocolVersion": "1.0"} for binding in BINDINGS
+        ],
         "provider": {
             "organization": agent.provider_organization or agent.tenant.name,
             "url": agent.provider_url or base_url,

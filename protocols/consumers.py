@@ -1,4 +1,4 @@
-"""The agent's JSON-RPC endpoint under daphne, as a Channels consumer that can stream.
+"""An agent's endpoint under daphne, for one binding, as a Channels consumer that can stream.
 
 `AsyncHttpConsumer` stops as soon as `handle()` returns, and while `handle()` runs its
 dispatch loop cannot hear the client leave. So the response runs as a task of its own, and
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import aclosing
-from urllib.parse import parse_qsl
 
 from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
@@ -20,13 +19,17 @@ from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 
 from . import endpoint, jsonrpc
+from .bindings import AgentRequest, Binding, Fault, Reply, base
 
 log = logging.getLogger(__name__)
 
 
-class AgentRpcConsumer(AsyncHttpConsumer):
-    def __init__(self, *args, **kwargs) -> None:
+class AgentConsumer(AsyncHttpConsumer):
+    """`AgentConsumer.as_asgi(binding=...)`: the endpoint of one binding."""
+
+    def __init__(self, *args, binding: Binding, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.binding = binding
         self._size = 0
         self._too_big = False
         self._responder: asyncio.Task | None = None
@@ -58,27 +61,29 @@ class AgentRpcConsumer(AsyncHttpConsumer):
                 pass
         raise StopConsumer()
 
-    def _request(self, body: bytes | None) -> endpoint.RpcRequest:
+    def _request(self, body: bytes | None) -> AgentRequest:
         scope = self.scope
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         kwargs = scope["url_route"]["kwargs"]
         base_url = settings.PUBLIC_BASE_URL or f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
-        return endpoint.RpcRequest(
+        return AgentRequest(
             tenant=kwargs["tenant"],
             agent=kwargs["agent"],
             http_method=scope["method"],
             headers=headers,
-            query=dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))),
+            query=base.query_of(scope.get("query_string", b"").decode("latin-1")),
             body=body,
             base_url=base_url,
             client=(scope.get("client") or ("",))[0] or "",
+            path=kwargs.get("path", ""),
         )
 
     async def _respond(self, body: bytes | None) -> None:
         started = False
+        request = self._request(body)
         try:
-            outcome = await endpoint.handle(self._request(body))
-            if isinstance(outcome, endpoint.Reply):
+            outcome = await endpoint.handle(self.binding, request)
+            if isinstance(outcome, Reply):
                 await self.send_response(outcome.status, outcome.body, headers=_encoded(outcome.all_headers()))
                 return
             try:
@@ -95,8 +100,9 @@ class AgentRpcConsumer(AsyncHttpConsumer):
         except Exception:  # noqa: BLE001 - answer something rather than leave the client hanging
             log.exception("agent endpoint %s failed", self.scope.get("path"))
             if not started:
-                body = jsonrpc.error(None, jsonrpc.INTERNAL_ERROR, "internal error; it has been logged")
-                await self.send_response(500, body, headers=[(b"content-type", b"application/json")])
+                fault = Fault(500, jsonrpc.INTERNAL_ERROR, base.INTERNAL, "INTERNAL_ERROR")
+                reply = self.binding.fault(None, fault, request)
+                await self.send_response(reply.status, reply.body, headers=_encoded(reply.all_headers()))
             else:
                 await self.send_body(b"")
 

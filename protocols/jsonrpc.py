@@ -7,7 +7,6 @@ code and a google.rpc.ErrorInfo in `data`, as A2A 1.0 §9.5 asks.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,13 +86,7 @@ def parse(body: bytes) -> Request:
 
 
 def result(request_id: Any, value: Any) -> bytes:
-    response = {"jsonrpc": "2.0", "id": request_id, "result": value}
-    try:
-        return orjson.dumps(response)
-    except TypeError:
-        # Only rows stored before `storable` refused what orjson cannot write (nesting past
-        # 254 levels, integers past 64 bits) come here: they still read, more slowly.
-        return json.dumps(response, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    return storable.dumps({"jsonrpc": "2.0", "id": request_id, "result": value})
 
 
 def error(request_id: Any, code: int, message: str, reason: str | None = None, domain: str = ERROR_DOMAIN) -> bytes:

@@ -1,7 +1,7 @@
 """Every path of the agent API, once. Django's URLconf (`agentserver/urls.py`) includes them
 all; the ASGI router (`agentserver/asgi.py`) hands a request on a path with a consumer to that
 consumer (a consumer can stream), and any other agent path to Django without the site
-middleware. A new binding (HTTP+JSON routes, AIP paths) is one more line here."""
+middleware. A new binding (AIP paths) is one more line here."""
 
 from __future__ import annotations
 
@@ -9,16 +9,34 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, register_converter
 
 from . import views
-from .consumers import AgentRpcConsumer
+from .bindings import HTTP_JSON, JSONRPC
+from .consumers import AgentConsumer
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
 PREFIX = "/agents/"
 
-_agent_rpc = AgentRpcConsumer.as_asgi()
+
+class _Below:
+    """Whatever follows the agent's path: Django's own `path` converter stops at a newline, and
+    a segment a client percent-encodes may hold one (the route refuses it in its own form)."""
+
+    regex = r"(?s:.+)"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(_Below, "below")
+
+_agent_rpc = AgentConsumer.as_asgi(binding=JSONRPC)
+_agent_rest = AgentConsumer.as_asgi(binding=HTTP_JSON)
 
 
 @dataclass(frozen=True)
@@ -36,16 +54,19 @@ ROUTES = [
     Route(path("agents/<str:tenant>/<str:agent>/", views.agent_rpc, name="agent-rpc"), _agent_rpc),
     # Clients often drop the trailing slash; a redirect would lose a POST body.
     Route(path("agents/<str:tenant>/<str:agent>", views.agent_rpc), _agent_rpc),
+    # Every other path below the agent's is an HTTP+JSON route, or answers as one that nothing
+    # is there: a client of those routes parses google.rpc.Status.
+    Route(path("agents/<str:tenant>/<str:agent>/<below:path>", views.agent_rest, name="agent-rest"), _agent_rest),
 ]
 
 urlpatterns = [route.pattern for route in ROUTES]
-_streaming = [(route.pattern, route.consumer) for route in ROUTES if route.consumer is not None]
 
 
 def consumer_for(request_path: str) -> tuple[ASGIApp, dict[str, Any]] | None:
-    """The consumer that serves `request_path` and the path's arguments, if one does."""
-    for pattern, consumer in _streaming:
-        match = pattern.pattern.match(request_path[1:])
+    """The consumer that serves `request_path` and the path's arguments, if one does. The first
+    route that matches decides, as in the URLconf: the card's path is also one below the agent's."""
+    for route in ROUTES:
+        match = route.pattern.pattern.match(request_path[1:])
         if match is not None:
-            return consumer, match[2]
+            return None if route.consumer is None else (route.consumer, match[2])
     return None

@@ -1,5 +1,5 @@
-"""HTTP endpoints of hosted agents through Django: the agent card, and the JSON-RPC
-endpoint's Django adapter (the pipeline itself is in `endpoint`)."""
+"""HTTP endpoints of hosted agents through Django: the agent card, and the Django adapter of
+the agent endpoint for each binding (the pipeline itself is in `endpoint`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from accounts.selectors import agent_get, oidc_issuer_of
 from tasks_app import streams
 
 from . import dialects, endpoint
+from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
 
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
@@ -31,7 +32,7 @@ def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[
 def _json(body: bytes, status: int = 200) -> HttpResponse:
     # Agent endpoints run without the site middleware (agentserver/asgi.py): the headers it
     # would set come with the reply.
-    return _with_headers(HttpResponse(body, status=status), endpoint.Reply(status, body).all_headers())
+    return _with_headers(HttpResponse(body, status=status), Reply(status, body).all_headers())
 
 
 def _base_url(request: HttpRequest) -> str:
@@ -40,30 +41,45 @@ def _base_url(request: HttpRequest) -> str:
 
 @csrf_exempt
 async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
-    """The JSON-RPC endpoint through Django (the test client, servers other than daphne);
-    daphne serves it with `consumers.AgentRpcConsumer`. Both run `endpoint.handle`."""
+    """The JSON-RPC endpoint at the agent's path."""
+    return await _serve(JSONRPC, request, tenant, agent, "")
+
+
+@csrf_exempt
+async def agent_rest(request: HttpRequest, tenant: str, agent: str, path: str) -> HttpResponse:
+    """The HTTP+JSON routes below the agent's path."""
+    return await _serve(HTTP_JSON, request, tenant, agent, path)
+
+
+async def _serve(binding: Binding, request: HttpRequest, tenant: str, agent: str, path: str) -> HttpResponse:
+    """An agent endpoint through Django (the test client, servers other than daphne); daphne
+    serves it with `consumers.AgentConsumer`. Both run `endpoint.handle`."""
     try:
         body: bytes | None = request.body
     except RequestDataTooBig:
         body = None
     outcome = await endpoint.handle(
-        endpoint.RpcRequest(
+        binding,
+        AgentRequest(
             tenant=tenant,
             agent=agent,
             http_method=request.method or "",
             headers={name.lower(): value for name, value in request.headers.items()},
-            query=request.GET,
+            # Read as the consumer reads it (not request.GET, which refuses a query of many
+            # fields with an error page of its own).
+            query=base.query_of(request.META.get("QUERY_STRING", "")),
             body=body,
             base_url=_base_url(request),
             client=request.META.get("REMOTE_ADDR", ""),
-        )
+            path=path,
+        ),
     )
-    if isinstance(outcome, endpoint.Reply):
+    if isinstance(outcome, Reply):
         return _with_headers(HttpResponse(outcome.body, status=outcome.status), outcome.all_headers())
     return _with_headers(StreamingHttpResponse(_frames_then_close(outcome)), outcome.all_headers())
 
 
-async def _frames_then_close(outcome: endpoint.Streamed) -> AsyncIterator[bytes]:
+async def _frames_then_close(outcome: Streamed) -> AsyncIterator[bytes]:
     try:
         async with aclosing(outcome.frames()) as frames:
             async for frame in frames:

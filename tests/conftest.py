@@ -483,3 +483,87 @@ def live(django_db_setup, django_db_blocker):
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+# --- calling the HTTP+JSON routes -------------------------------------------------------
+
+
+@dataclass
+class RestResponse:
+    status: int
+    headers: Any
+    body: Any  # the JSON body, or the raw bytes of a stream
+    streamed: bool = False
+
+    @property
+    def status_error(self) -> dict[str, Any]:
+        """The google.rpc.Status of an error answer, checked for its form (AIP-193)."""
+        assert self.status >= 400, (self.status, self.body)
+        error = self.body["error"]
+        assert error["code"] == self.status and isinstance(error["message"], str), error
+        return error
+
+    @property
+    def reason(self) -> str:
+        (info,) = self.status_error["details"]
+        assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo", info
+        return info["reason"]
+
+    def events(self) -> list[tuple[int | None, dict[str, Any]]]:
+        """(id, data) of each event of a streamed answer; an `event: error` frame as ("error", data)."""
+        assert self.streamed, (self.status, self.body)
+        found: list = []
+        for frame in self.body.split(b"\n\n"):
+            fields = dict(
+                line.partition(b":")[::2] for line in frame.split(b"\n") if line and not line.startswith(b":")
+            )
+            if b"data" in fields:
+                name = fields.get(b"event", b"").strip().decode() or None
+                event_id = int(fields[b"id"]) if b"id" in fields else None
+                found.append((name or event_id, orjson.loads(fields[b"data"])))
+        return found
+
+
+class Rest:
+    """The A2A 1.0 HTTP+JSON routes of an agent through Django's client: `rest("GET", path,
+    "tasks/<id>", query=...)`; path is the agent's, the route is appended to it."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def __call__(
+        self,
+        http_method: str,
+        agent_path: str,
+        route: str,
+        *,
+        key: str | None = None,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        raw: bytes | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> RestResponse:
+        from urllib.parse import urlencode
+
+        from asgiref.sync import async_to_sync
+
+        hdrs = {**V1, **(headers or {})}
+        if key:
+            hdrs["X-API-Key"] = key
+        url = agent_path + route + (f"?{urlencode(query)}" if query else "")
+        data = raw if raw is not None else (orjson.dumps(body) if body is not None else b"")
+        response = self.client.generic(http_method, url, data=data, content_type=content_type, headers=hdrs)
+        if response.streaming:
+
+            async def drained() -> bytes:
+                return b"".join([chunk async for chunk in response.streaming_content])
+
+            return RestResponse(response.status_code, response.headers, async_to_sync(drained)(), streamed=True)
+        body_json = orjson.loads(response.content) if response.content else None
+        return RestResponse(response.status_code, response.headers, body_json)
+
+
+@pytest.fixture
+def rest(client) -> Rest:
+    return Rest(client)

@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from a2a.types import a2a_pb2
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
@@ -611,6 +612,9 @@ HEADER_JUNK = st.lists(st.sampled_from(_VISIBLE + [0x20, 0x09]), max_size=40).ma
 # application sees the request (Python's str.splitlines breaks lines at them): the live runs
 # leave them out, the in-process runs send them to the endpoint.
 DAPHNE_REFUSES = frozenset(b"\x0b\x0c\x1c\x1d\x1e\x85")
+# Twisted answers a request line and headers past this many bytes itself (400, and the
+# connection closed) before daphne sees the request; httpx refuses URLs past 65,536 characters.
+DAPHNE_MAX_HEAD = 16384
 CONTENT_TYPES = st.one_of(
     st.sampled_from(
         [
@@ -852,6 +856,47 @@ def foreign_url(body: bytes, allowed: tuple[str, ...]) -> bool:
 # --- whole requests -------------------------------------------------------------------------------
 
 
+@st.composite
+def headers_for(draw, method: str, key: str, *, odd_content_types: bool = False) -> tuple[dict[str, bytes], str]:
+    """The headers of a request for `method` (Content-Type, A2A-Version, X-API-Key, extensions,
+    Last-Event-ID, Accept), mostly the ones that get it through, and how its key was presented."""
+    headers: dict[str, bytes] = {}
+    content_type = b"application/json"
+    if draw(st.integers(0, 99)) < (25 if odd_content_types else 8):
+        content_type = draw(CONTENT_TYPES)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    # A2A-Version 1.0 most of the time: that is what gets a request through to its params.
+    if draw(st.integers(0, 99)) < 8:
+        version = draw(st.sampled_from([None, b"0.3", b"1", b"1.0.0", b"", b"2.0", b"1.0, 0.3"]) | HEADER_JUNK)
+    else:
+        version = b"1.0"
+    if version is not None:
+        headers["A2A-Version"] = version
+    presented = draw(st.sampled_from(["valid"] * 17 + ["none", "empty", "junk", "shaped"]))
+    if presented == "valid":
+        headers["X-API-Key"] = key.encode()
+    elif presented == "empty":
+        headers["X-API-Key"] = b""
+    elif presented == "junk":
+        headers["X-API-Key"] = draw(HEADER_JUNK | st.just(key.encode() + b"x"))
+    elif presented == "shaped":
+        headers["X-API-Key"] = b"ask_" + draw(HEADER_JUNK) + b"_" + draw(HEADER_JUNK)
+    if draw(st.integers(0, 3)) == 0:
+        headers["A2A-Extensions"] = draw(
+            HEADER_JUNK | st.sampled_from([b"urn:x:ext, ,,", b",", b"urn:a:b;q=1", b"\xff\xfe"])
+        )
+    if draw(st.integers(0, 3)) == 0 if method == "SubscribeToTask" else draw(st.integers(0, 49)) == 0:
+        headers["Last-Event-ID"] = draw(
+            st.sampled_from([b"0", b"1", b"2", b"-1", b"99999999999999999999999", b"1.5", b"+1", b"0x1", b""])
+            | HEADER_JUNK
+        )
+    if draw(st.integers(0, 49)) == 0:
+        accepts = [b"text/event-stream", b"application/json", b"application/a2a+json", b"*/*"]
+        headers["Accept"] = draw(st.sampled_from(accepts) | HEADER_JUNK)
+    return headers, presented
+
+
 def requests(
     method: str | None, pools: Pools, *, key: str, agents: tuple[str, ...] = ("keyed", "public"), live: bool = False
 ) -> st.SearchStrategy[HostileRequest]:
@@ -877,19 +922,7 @@ def requests(
         if live:
             assume(not foreign_url(body, pools.urls))
 
-        headers: dict[str, bytes] = {}
-        content_type = b"application/json"
-        if draw(st.integers(0, 99)) < (25 if method is None else 8):
-            content_type = draw(CONTENT_TYPES)
-        if content_type is not None:
-            headers["Content-Type"] = content_type
-        # A2A-Version 1.0 most of the time: that is what gets a request through to its params.
-        if draw(st.integers(0, 99)) < 8:
-            version = draw(st.sampled_from([None, b"0.3", b"1", b"1.0.0", b"", b"2.0", b"1.0, 0.3"]) | HEADER_JUNK)
-        else:
-            version = b"1.0"
-        if version is not None:
-            headers["A2A-Version"] = version
+        headers, presented = draw(headers_for(name, key, odd_content_types=method is None))
         path_query = ""
         if draw(st.integers(0, 99)) < 3:
             path_query = draw(
@@ -905,26 +938,6 @@ def requests(
                 )
             )
         agent = draw(st.sampled_from(agents))
-        presented = draw(st.sampled_from(["valid"] * 17 + ["none", "empty", "junk", "shaped"]))
-        if presented == "valid":
-            headers["X-API-Key"] = key.encode()
-        elif presented == "empty":
-            headers["X-API-Key"] = b""
-        elif presented == "junk":
-            headers["X-API-Key"] = draw(HEADER_JUNK | st.just(key.encode() + b"x"))
-        elif presented == "shaped":
-            headers["X-API-Key"] = b"ask_" + draw(HEADER_JUNK) + b"_" + draw(HEADER_JUNK)
-        if draw(st.integers(0, 3)) == 0:
-            headers["A2A-Extensions"] = draw(
-                HEADER_JUNK | st.sampled_from([b"urn:x:ext, ,,", b",", b"urn:a:b;q=1", b"\xff\xfe"])
-            )
-        if draw(st.integers(0, 3)) == 0 if name == "SubscribeToTask" else draw(st.integers(0, 49)) == 0:
-            headers["Last-Event-ID"] = draw(
-                st.sampled_from([b"0", b"1", b"2", b"-1", b"99999999999999999999999", b"1.5", b"+1", b"0x1", b""])
-                | HEADER_JUNK
-            )
-        if draw(st.integers(0, 49)) == 0:
-            headers["Accept"] = draw(st.sampled_from([b"text/event-stream", b"application/json", b"*/*"]) | HEADER_JUNK)
 
         if live:
             assume(not any(set(value) & DAPHNE_REFUSES for value in headers.values()))
@@ -1060,5 +1073,316 @@ def verdict(
     if status == 401 and "error" not in obj:
         raise WrongAuth(f"401 with a result: {obj!r:.300}")
     if status != 401 and request.agent == "keyed" and not request.valid_key:
+        raise WrongAuth(f"HTTP {status}, not 401, for the keyed agent without a good key: {obj!r:.300}")
+    return status, outcome
+
+
+# --- HTTP+JSON -------------------------------------------------------------------------------------
+#
+# The same params, travelling as an HTTP+JSON route has them: path segments, a query of strings,
+# or a body that is the params object itself. Then the route's own hostility: other HTTP
+# methods, odd or encoded segments, paths of no route, the `/{tenant}/` variants, a broken query.
+
+
+@dataclass(frozen=True)
+class RestRoute:
+    method: str  # the JSON-RPC method it calls
+    http_method: str
+    template: str  # below the agent's path; `{name}` is the param `name`
+    body: bool  # the params travel in the body (else in the query)
+
+
+REST_ROUTES = {
+    f"{route.http_method} {route.template}": route
+    for route in (
+        RestRoute("SendMessage", "POST", "message:send", True),
+        RestRoute("SendStreamingMessage", "POST", "message:stream", True),
+        RestRoute("GetTask", "GET", "tasks/{id}", False),
+        RestRoute("ListTasks", "GET", "tasks", False),
+        RestRoute("CancelTask", "POST", "tasks/{id}:cancel", True),
+        RestRoute("SubscribeToTask", "GET", "tasks/{id}:subscribe", False),
+        RestRoute("SubscribeToTask", "POST", "tasks/{id}:subscribe", True),
+        RestRoute("CreateTaskPushNotificationConfig", "POST", "tasks/{taskId}/pushNotificationConfigs", True),
+        RestRoute("GetTaskPushNotificationConfig", "GET", "tasks/{taskId}/pushNotificationConfigs/{id}", False),
+        RestRoute("ListTaskPushNotificationConfigs", "GET", "tasks/{taskId}/pushNotificationConfigs", False),
+        RestRoute("DeleteTaskPushNotificationConfig", "DELETE", "tasks/{taskId}/pushNotificationConfigs/{id}", False),
+        RestRoute("GetExtendedAgentCard", "GET", "extendedAgentCard", False),
+    )
+}
+HTTP_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+# Path segments as they go on the wire (already percent-encoded where they need to be).
+ODD_SEGMENTS = [
+    "",
+    "%00",
+    "a%00b",
+    "%2F",
+    "%2e%2e",
+    "..",
+    ".",
+    "%FF%FE",
+    "%ED%A0%80",
+    "%F0%9F%98%80",
+    "%E2%80%AE",
+    "x" * 300,
+    "%",
+    "%zz",
+    "a:cancel",
+    "tasks",
+    "%20",
+    "+",
+    "%3F",
+    "%23",
+    "urn:uuid:x",
+]
+ODD_PATHS = [  # (the agent's path itself is JSON-RPC's)
+    "/",
+    "nothing",
+    "tasks/",
+    "tasks//x",
+    "message:send/x",
+    "v1/message:send",
+    "message:SEND",
+    "message%3Asend",
+    "tasks/x/pushNotificationConfigs/y/z",
+    ".well-known/agent.json",
+    "a/b/c/d/e/f",
+    "extendedAgentCard/x",
+    "%00/tasks",
+]
+# Query text as it goes on the wire.
+ODD_QUERIES = ["%", "%zz", "=", "&&", "a=1&a=2", "%00=%00", "x=%FF", "A2A-Version=0.3", "A2A-Version=1.0", "a" * 3000]
+
+
+def _quoted(text: str) -> str:
+    """Percent-encoded, a lone surrogate as the bytes of its UTF-8 form (not UTF-8 at all)."""
+    return quote(text.encode("utf-8", "surrogatepass"), safe="")
+
+
+def _segment(value: Any) -> str:
+    return _quoted(value if isinstance(value, str) else encode(value))
+
+
+def _query_value(value: Any, ascii_only: bool) -> str:
+    """A params member as §11.5 writes it in a query: strings as they are, bools in lower case,
+    numbers in decimal; anything else (which no query can hold) as its JSON text."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value
+    elif isinstance(value, int | float):
+        text = json.dumps(value)
+    else:
+        text = encode(value, ascii_only=ascii_only)
+    return _quoted(text)
+
+
+@dataclass
+class RestHostileRequest:
+    agent: str  # "keyed" or "public"
+    case: str  # the REST_ROUTES key it was built for, or "paths"
+    http_method: str
+    path: str  # below the agent's path, as sent (percent-encoded)
+    query: str  # "" or "?…", as sent
+    headers: dict[str, bytes]
+    body: bytes
+    valid_key: bool
+    key_presented: bool
+    streams: bool  # a streaming route with its own HTTP method: text/event-stream may answer
+
+    def describe(self) -> str:
+        headers = {k: v[:80] for k, v in self.headers.items()}
+        body = self.body if len(self.body) <= 600 else self.body[:300] + b"..." + self.body[-200:]
+        return (
+            f"{self.agent} agent, {self.http_method} {self.path[:300]}{self.query[:300]} ({self.case}), "
+            f"headers {headers}, {len(self.body)} bytes: {body!r}"
+        )
+
+
+def rest_requests(
+    case: str, pools: Pools, *, key: str, agents: tuple[str, ...] = ("keyed", "public"), live: bool = False
+) -> st.SearchStrategy[RestHostileRequest]:
+    """HTTP+JSON requests for one route of REST_ROUTES, or ("paths") for any route with its
+    HTTP method and path broken far more often."""
+
+    @st.composite
+    def build(draw) -> RestHostileRequest:
+        route = REST_ROUTES[case] if case != "paths" else REST_ROUTES[draw(st.sampled_from(sorted(REST_ROUTES)))]
+        params: Any = draw(params_for(route.method, pools))
+        if draw(st.integers(0, 9)) < 6:
+            for _ in range(draw(st.integers(1, 3))):
+                params = draw(mutated(params))
+        if not isinstance(params, dict):
+            params = {"id": params}
+        # The path's params, from the params drawn (or anything at all, now and then).
+        segments = {}
+        for name in re.findall(r"\{(\w+)\}", route.template):
+            value = params.pop(name, None) if isinstance(params, dict) else None
+            if value is None or draw(st.integers(0, 9)) == 0:
+                segments[name] = draw(st.sampled_from(ODD_SEGMENTS) | st.sampled_from(pools.task_ids or ["x"]))
+            else:
+                segments[name] = _segment(value)
+        path = re.sub(r"\{(\w+)\}", lambda m: segments[m.group(1)], route.template)
+        odd = case == "paths"
+        if draw(st.integers(0, 99)) < (40 if odd else 5):
+            path = draw(st.sampled_from(["acme/", "other/", "%00/", "x" * 200 + "/", "/"])) + path
+        if odd and draw(st.integers(0, 2)) == 0:
+            path = draw(st.sampled_from(ODD_PATHS))
+        http_method = route.http_method
+        if draw(st.integers(0, 99)) < (50 if odd else 5):
+            http_method = draw(st.sampled_from(HTTP_METHODS))
+
+        ascii_only = draw(st.integers(0, 3)) > 0
+        body, query = b"", ""
+        if route.body:
+            if draw(st.integers(0, 19)) > 0:
+                body = encode(params, ascii_only=ascii_only).encode("utf-8", "surrogatepass")
+            if draw(st.integers(0, 99)) < (30 if odd else 6):
+                _, breaker = draw(BODY_BREAKERS)
+                body = breaker(body)
+        elif isinstance(params, dict):
+            pairs = [f"{_quoted(str(name))}={_query_value(value, ascii_only)}" for name, value in params.items()]
+            query = "&".join(pairs)
+        if draw(st.integers(0, 99)) < (30 if odd else 8):
+            query = "&".join(filter(None, [query, draw(st.sampled_from(ODD_QUERIES))]))
+        if live:
+            assume(not foreign_url(body, pools.urls))
+
+        headers, presented = draw(headers_for(route.method, key, odd_content_types=odd))
+        if not route.body and draw(st.integers(0, 1)) == 0:
+            headers.pop("Content-Type", None)  # what a client sends with a GET
+        if live:
+            assume(not any(set(value) & DAPHNE_REFUSES for value in headers.values()))
+            head = len(path) + len(query) + sum(len(name) + len(value) + 4 for name, value in headers.items())
+            assume(head < DAPHNE_MAX_HEAD - 1000)  # room for the agent's path, Host, and the rest
+        return RestHostileRequest(
+            agent=draw(st.sampled_from(agents)),
+            case=case,
+            http_method=http_method,
+            path=path,
+            query=f"?{query}" if query else "",
+            headers=headers,
+            body=body,
+            valid_key=presented == "valid",
+            key_presented=bool(headers.get("X-API-Key")),
+            streams=route.method in STREAMING and http_method in ("GET", "POST"),
+        )
+
+    return build()
+
+
+class NotStatus(Broken):
+    """An HTTP+JSON error that is not a google.rpc.Status with an ErrorInfo, or a success that
+    is not a JSON object."""
+
+
+# The ErrorInfo reasons an HTTP+JSON answer may carry: A2A's, those the a2a-sdk adds in A2A's
+# domain, and the server's own (docs/bindings.md).
+A2A_REASONS = frozenset(
+    {
+        "TASK_NOT_FOUND",
+        "TASK_NOT_CANCELABLE",
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        "UNSUPPORTED_OPERATION",
+        "CONTENT_TYPE_NOT_SUPPORTED",
+        "INVALID_AGENT_RESPONSE",
+        "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+        "EXTENSION_SUPPORT_REQUIRED",
+        "VERSION_NOT_SUPPORTED",
+        "INVALID_PARAMS",
+        "INVALID_REQUEST",
+        "METHOD_NOT_FOUND",
+    }
+)
+SERVER_REASONS = frozenset(
+    {
+        "UNAUTHENTICATED",
+        "PERMISSION_DENIED",
+        "AGENT_NOT_FOUND",
+        "REQUEST_TOO_LARGE",
+        "RATE_LIMITED",
+        "TOO_MANY_ACTIVE_TASKS",
+        "STORAGE_QUOTA_EXCEEDED",
+    }
+)
+STREAM_RESPONSES = frozenset({"task", "message", "statusUpdate", "artifactUpdate"})
+
+
+def _status_reason(obj: Any, status: int, where: str) -> str:
+    """The reason of a google.rpc.Status answer with HTTP `status`, checked for its form."""
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(error, dict) or set(obj) != {"error"}:
+        raise NotStatus(f"{where}: not a google.rpc.Status: {obj!r:.300}")
+    if error.get("code") != status or not isinstance(error.get("status"), str):
+        raise NotStatus(f"{where}: code {error.get('code')!r} / status {error.get('status')!r} for HTTP {status}")
+    if not isinstance(error.get("message"), str) or "Traceback" in error["message"]:
+        raise NotStatus(f"{where}: a bad message: {error!r:.300}")
+    details = error.get("details")
+    infos = [d for d in details or [] if isinstance(d, dict) and d.get("@type") == ERROR_INFO]
+    if not isinstance(details, list) or len(infos) != 1:
+        raise NotStatus(f"{where}: details need exactly one google.rpc.ErrorInfo: {error!r:.300}")
+    reason, domain = infos[0].get("reason"), infos[0].get("domain")
+    if reason == "INTERNAL_ERROR":
+        raise InternalError(f"{where}: an internal error for the caller's input: {error['message']!r:.300}")
+    if not (reason in A2A_REASONS and domain == "a2a-protocol.org") and not (
+        reason in SERVER_REASONS and domain == "agentserver"
+    ):
+        raise UnknownCode(f"{where}: ErrorInfo {infos[0]!r:.200} is not one a caller's request may get")
+    return reason
+
+
+ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def rest_verdict(
+    request: RestHostileRequest, status: int, content_type: str, body: bytes, *, complete: bool = True
+) -> tuple[int, str]:
+    """The answer's outcome, (HTTP status, "result", the ErrorInfo reason or "stream…"); a
+    Broken subclass when it breaks an invariant."""
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    if status >= 500 and not (status == 502 and b"INVALID_AGENT_RESPONSE" in body):
+        raise ServerError(f"HTTP {status} ({content_type}): {body[:300]!r}")
+    if media_type == "text/event-stream":
+        if status != 200 or not request.streams:
+            raise BadStream(f"a stream answers {request.http_method} {request.path[:100]}, with HTTP {status}")
+        if not request.valid_key and request.agent == "keyed":
+            raise WrongAuth("the keyed agent streamed to a caller without a good key")
+        outcomes = set()
+        lines = body.split(b"\n")
+        if not complete:
+            lines = lines[:-1]
+        event = None
+        for line in lines:
+            line = line.removesuffix(b"\r")
+            if line.startswith(b"event:"):
+                event = line[6:].strip()
+            elif line.startswith(b"data:"):
+                try:
+                    data = _answer_json(line[5:].strip())
+                except ValueError:
+                    raise BadStream(f"an event of the stream is not JSON: {line[:300]!r}") from None
+                if event == b"error":
+                    code = data.get("error", {}).get("code") if isinstance(data, dict) else None
+                    outcomes.add(_status_reason(data, code if isinstance(code, int) else -1, "an error event"))
+                elif not isinstance(data, dict) or len(data) != 1 or not set(data) <= STREAM_RESPONSES:
+                    raise BadStream(f"an event is not a StreamResponse: {data!r:.300}")
+                event = None
+        return status, "stream" + (":" + ",".join(sorted(outcomes)) if outcomes else "")
+    if media_type not in ("application/json", "application/a2a+json"):
+        raise NotStatus(f"HTTP {status} with Content-Type {content_type!r}: {body[:300]!r}")
+    try:
+        obj = _answer_json(body)
+    except ValueError:
+        raise NotStatus(f"HTTP {status} with a body that is not JSON: {body[:300]!r}") from None
+    if status < 400:
+        if not isinstance(obj, dict) or "error" in obj or "jsonrpc" in obj:
+            raise NotStatus(f"HTTP {status} with a body that is no result: {obj!r:.300}")
+        outcome = "result"
+    else:
+        outcome = _status_reason(obj, status, f"HTTP {status}")
+    if status == 401 and (request.valid_key or not request.key_presented and request.agent == "public"):
+        raise WrongAuth(f"401 for a request with the good key, or for the public agent without one: {obj!r:.300}")
+    # Only the route (no such path, another HTTP method) is answered before the caller is known.
+    before_auth = status in (404, 405) and outcome == "METHOD_NOT_FOUND"
+    if status != 401 and request.agent == "keyed" and not request.valid_key and not before_auth:
         raise WrongAuth(f"HTTP {status}, not 401, for the keyed agent without a good key: {obj!r:.300}")
     return status, outcome

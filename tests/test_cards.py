@@ -7,10 +7,11 @@ from tests.conftest import make_agent
 CARD = "/agents/acme/echo/.well-known/agent-card.json"
 
 
-def test_the_card_lists_exactly_the_working_binding_and_capabilities(client, echo_agent):
+def test_the_card_lists_exactly_the_working_bindings_json_rpc_first_and_capabilities(client, echo_agent):
     card = client.get(CARD).json()
     assert card["supportedInterfaces"] == [
-        {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "http://testserver/agents/acme/echo/", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
     ]
     assert card["capabilities"] == {"streaming": True, "pushNotifications": True, "extendedAgentCard": False}
     assert card["name"] == "Echo" and card["version"] == "1.0.0"

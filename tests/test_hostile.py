@@ -2,19 +2,22 @@
 
 Whatever a client sends, to every method of a keyed agent and of a public one, the answer is
 JSON-RPC (a stream of JSON-RPC responses for a streaming method that passed its checks) with
-the request's id whenever it had a usable one; never HTTP 5xx, never -32603; and a task
-stored before the run can still be read and listed after it. In-process through Django's
+the request's id whenever it had a usable one; never HTTP 5xx, never -32603. The same over
+HTTP+JSON, to every route and to paths of none: a google.rpc.Status with an ErrorInfo, a JSON
+result, or a stream of bare StreamResponses. And a task stored before the run can still be
+read and listed after it. In-process through Django's
 handler, and across daphne with a real Celery worker, whose logs must hold no traceback.
 
 The requests come from tests/hostile.py (built from the A2A 1.0 protobuf schema).
 
 - Default: a few dozen requests per method, in-process and live.
-- `HOSTILE_PROFILE=long` (with `HOSTILE_EXAMPLES` per method, default 1700: ~20,000 requests
-  over the 12 cases) is the benchmark-style run `bench/hostile.py` makes. It keeps going past
+- `HOSTILE_PROFILE=long` (with `HOSTILE_EXAMPLES` per case, default 1700: ~42,000 requests
+  over the 25 cases) is the benchmark-style run `bench/hostile.py` makes. It keeps going past
   a broken answer (as `HOSTILE_KEEP_GOING=1` does in any profile), counts it, and fails at
   the end with the first request of each kind of breakage; the default run stops at the first
   and lets hypothesis shrink it.
-- `HOSTILE_REPORT=<file>`: the counts per (HTTP status, JSON-RPC code) go there as markdown.
+- `HOSTILE_REPORT=<file>`: the counts per (HTTP status, JSON-RPC code or ErrorInfo reason) go
+  there as markdown.
 
 No request leaves this machine: in-process the SSRF guard's resolver is faked (`dns`) and
 push jobs are only recorded (`push_jobs`); live, push URLs are loopback literals outside the
@@ -31,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 import httpx
 import orjson
@@ -97,7 +101,7 @@ class Tally:
             "|---|--:|--:|",
             *(f"| {name} | {n} | {seconds:.1f} |" for name, n, seconds in self.tests),
             "",
-            "| HTTP | JSON-RPC | requests |",
+            "| HTTP | JSON-RPC code or reason | requests |",
             "|--:|---|--:|",
             *(f"| {status} | {code} | {n} |" for (status, code), n in sorted(self.outcomes.items())),
         ]
@@ -233,18 +237,23 @@ def in_process(client) -> Send:
 
 
 def environ_of(request: HostileRequest) -> dict[str, Any]:
-    """The request as Django's test client takes it, header bytes as they are (latin-1), and
-    no Content-Type at all when the request has none (`generic` would always send one)."""
+    return _environ("POST", PATHS[request.agent], request.path_query, request.headers, request.body)
+
+
+def _environ(http_method: str, path: str, query: str, headers: dict[str, bytes], body: bytes) -> dict[str, Any]:
+    """A request as Django's test client takes it: the path decoded as a WSGI server does,
+    header bytes as they are (latin-1), and no Content-Type at all when the request has none
+    (`generic` would always send one)."""
     from django.test.client import FakePayload
 
     environ: dict[str, Any] = {
-        "PATH_INFO": PATHS[request.agent],
-        "REQUEST_METHOD": "POST",
-        "QUERY_STRING": request.path_query.removeprefix("?"),
+        "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+        "REQUEST_METHOD": http_method,
+        "QUERY_STRING": query.removeprefix("?"),
     }
-    if request.body:
-        environ.update({"CONTENT_LENGTH": str(len(request.body)), "wsgi.input": FakePayload(request.body)})
-    for name, value in request.headers.items():
+    if body:
+        environ.update({"CONTENT_LENGTH": str(len(body)), "wsgi.input": FakePayload(body)})
+    for name, value in headers.items():
         meta = "CONTENT_TYPE" if name == "Content-Type" else "HTTP_" + name.upper().replace("-", "_")
         environ[meta] = value.decode("latin-1")
     return environ
@@ -355,6 +364,122 @@ def test_no_hostile_request_is_an_internal_error_across_daphne(live, world, tall
     run.finish()
     still_readable(send, key, tasks)
     time.sleep(1)  # what the worker does after an answer, and log lines still in flight
+    for name, start in logs_before.items():
+        written = (live.logs / f"{name}.log").read_bytes()[start:].decode("utf-8", "replace")
+        assert "Traceback" not in written, f"{name} logged a traceback during the run:\n{written[-4000:]}"
+
+
+# --- HTTP+JSON: every route, in-process and across daphne -------------------------------------------
+#
+# The same params as the JSON-RPC cases draw, travelling as each route has them, and the routes'
+# own hostility (HTTP methods, odd segments, paths of no route, broken queries): the answer is a
+# google.rpc.Status with an ErrorInfo, a JSON result, or a stream of bare StreamResponses; never
+# HTTP 5xx (502 only for an agent's own invalid response, as -32006 is allowed above).
+
+REST_CASES = [*sorted(hostile.REST_ROUTES), "paths"]
+
+
+def rest_environ_of(request: hostile.RestHostileRequest) -> dict[str, Any]:
+    path = PATHS[request.agent] + request.path
+    return _environ(request.http_method, path, request.query, request.headers, request.body)
+
+
+class RestRun(Run):
+    def judge(self, request, status, content_type, body, complete=True) -> None:
+        self.requests += 1
+        note(f"request: {request.describe()}")
+        note(f"answer: HTTP {status} {content_type!r} {body[:600]!r}")
+        try:
+            outcome = hostile.rest_verdict(request, status, content_type, body, complete=complete)
+        except Broken as broken:
+            if not KEEP_GOING:
+                raise
+            kind = type(broken).__name__
+            outcome = (status, f"BROKEN {kind}")
+            first = self.broken.setdefault(kind, [0, f"{broken} <- {request.describe()}"])
+            first[0] += 1
+            self.tally.broken.setdefault(f"{kind} ({self.name})", first)
+        self.tally.outcomes[outcome] += 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("case", REST_CASES)
+def test_no_hostile_http_json_request_is_an_internal_error_in_process(
+    client, world, tally, dns, push_jobs, caplog, case
+):
+    key, send = world, in_process(client)
+    tasks = completed_tasks(send, key)
+    run = RestRun(tally, f"in-process HTTP+JSON {case}")
+
+    @hostile_settings(30)
+    @given(request=hostile.rest_requests(case, pools_of(tasks, IN_PROCESS_URLS), key=key))
+    def attempt(request: hostile.RestHostileRequest) -> None:
+        response = client.request(**rest_environ_of(request))
+        body = async_to_sync(_drained)(response.streaming_content) if response.streaming else response.content
+        run.judge(request, response.status_code, response.get("Content-Type", ""), body)
+
+    separate_database_key(attempt, f"in-process HTTP+JSON {case}")
+    attempt()
+    run.finish()
+    still_readable(send, key, tasks)
+    logged = [r for r in caplog.records if r.exc_info]
+    assert not logged, "the server logged tracebacks during the run:\n" + "\n".join(
+        f"{r.name}: {r.getMessage()[:300]}" for r in logged[:10]
+    )
+
+
+def rest_exchange(http: httpx.Client, base: str, request: hostile.RestHostileRequest) -> tuple[int, str, bytes, bool]:
+    url = f"{base}{PATHS[request.agent]}{request.path}{request.query}"
+    try:
+        with http.stream(request.http_method, url, content=request.body, headers=request.headers) as response:
+            chunks, deadline, complete = [], time.monotonic() + STREAM_SECONDS, True
+            for chunk in response.iter_raw():
+                chunks.append(chunk)
+                if time.monotonic() > deadline:
+                    complete = False
+                    break
+            return response.status_code, response.headers.get("content-type", ""), b"".join(chunks), complete
+    except httpx.TimeoutException as exc:
+        raise NoAnswer(f"no answer in time ({exc!r}) to {request.describe()}") from None
+    except httpx.TransportError as exc:
+        raise NoAnswer(f"the connection failed ({exc!r}) for {request.describe()}") from None
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("case", REST_CASES)
+def test_no_hostile_http_json_request_is_an_internal_error_across_daphne(live, world, tally, case):
+    key = world
+    send = over_http(live.urls[0])
+    tasks = completed_tasks(send, key)
+    pools = pools_of(tasks, hostile.LIVE_URLS)
+    logs_before = log_sizes(live)
+    run = RestRun(tally, f"across daphne HTTP+JSON {case}")
+    turn = iter(range(10**9))
+
+    with httpx.Client(timeout=httpx.Timeout(30, read=10)) as http:
+
+        @hostile_settings(20)
+        @given(request=hostile.rest_requests(case, pools, key=key, live=True))
+        def attempt(request: hostile.RestHostileRequest) -> None:
+            assert not hostile.foreign_url(request.body, pools.urls)  # never off this machine
+            base = live.urls[next(turn) % 2]
+            try:
+                status, content_type, body, complete = rest_exchange(http, base, request)
+            except NoAnswer:
+                if not KEEP_GOING:
+                    raise
+                run.tally.outcomes[(0, "BROKEN NoAnswer")] += 1
+                run.broken.setdefault("NoAnswer", [0, request.describe()])[0] += 1
+                return
+            run.judge(request, status, content_type, body, complete)
+
+        separate_database_key(attempt, f"across daphne HTTP+JSON {case}")
+        attempt()
+
+    run.finish()
+    still_readable(send, key, tasks)
+    time.sleep(1)
     for name, start in logs_before.items():
         written = (live.logs / f"{name}.log").read_bytes()[start:].decode("utf-8", "replace")
         assert "Traceback" not in written, f"{name} logged a traceback during the run:\n{written[-4000:]}"

@@ -1,7 +1,9 @@
-"""Interop: the official A2A Python client (a2a-sdk 1.3.0) drives the live server.
+"""Interop: the official A2A Python client (a2a-sdk 1.3.0) drives the live server, over each
+binding the card lists: every scenario runs once with the JSON-RPC transport and once with the
+HTTP+JSON (REST) one.
 
 Each scenario builds a client the way an SDK user would: resolve the agent card with the
-SDK's resolver, let `ClientFactory` pick the card's JSON-RPC 1.0 interface (streaming or
+SDK's resolver, let `ClientFactory` pick the card's 1.0 interface of the binding (streaming or
 not, as the scenario asks), and then only call the SDK's own methods: send_message,
 get_task, list_tasks, cancel_task, subscribe. Daphne and a real Celery worker serve the test database.
 Every card and result is also parsed strictly, so a field the SDK would silently drop fails.
@@ -10,6 +12,7 @@ Every card and result is also parsed strictly, so a field the SDK would silently
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -26,6 +29,7 @@ from a2a.client import (
     ClientFactory,
     InMemoryContextCredentialStore,
 )
+from a2a.client.transports import JsonRpcTransport, RestTransport
 from a2a.helpers import get_artifact_text, get_message_text, new_text_message
 from a2a.types import (
     AgentCard,
@@ -58,6 +62,20 @@ STRICT_TYPES = {
     "ListTasks": ListTasksResponse,
     "CancelTask": Task,
 }
+# The method an HTTP+JSON route calls, by its HTTP method and the end of its path.
+REST_ROUTES = [
+    ("POST", re.compile(r"/message:send$"), "SendMessage"),
+    ("GET", re.compile(r"/tasks/[^/]+$"), "GetTask"),
+    ("GET", re.compile(r"/tasks$"), "ListTasks"),
+    ("POST", re.compile(r"/tasks/[^/]+:cancel$"), "CancelTask"),
+]
+TRANSPORTS = {"JSONRPC": JsonRpcTransport, "HTTP+JSON": RestTransport}
+
+
+@pytest.fixture(params=list(TRANSPORTS))
+def binding(request) -> str:
+    """The card's binding the SDK client is told to use."""
+    return request.param
 
 
 # --- the SDK side ------------------------------------------------------------------------
@@ -73,10 +91,12 @@ async def sdk_client(
     slug: str,
     key: str | None,
     *,
+    binding: str,
     interceptors: list | None = None,
     streaming: bool = False,
 ) -> AsyncIterator[tuple[Client, AgentCard]]:
-    """An SDK client for one agent: API key and A2A-Version as default headers of our httpx client."""
+    """An SDK client for one agent over `binding`: API key and A2A-Version as default headers
+    of our httpx client."""
     headers = {VERSION_HEADER: PROTOCOL_VERSION_1_0}
     if key:
         headers["X-API-Key"] = key
@@ -84,25 +104,43 @@ async def sdk_client(
     hooks = {"response": [_strict_parser(unknown_fields)]}
     async with httpx.AsyncClient(headers=headers, timeout=30, event_hooks=hooks) as http:
         card = await A2ACardResolver(http, agent_url(live, slug)).get_agent_card()
-        factory = ClientFactory(ClientConfig(streaming=streaming, polling=False, httpx_client=http))
-        async with factory.create(card, interceptors=interceptors) as client:
+        config = ClientConfig(
+            streaming=streaming, polling=False, httpx_client=http, supported_protocol_bindings=[binding]
+        )
+        async with ClientFactory(config).create(card, interceptors=interceptors) as client:
+            assert isinstance(client._transport, TRANSPORTS[binding])  # noqa: SLF001 - which one it chose
             yield client, card
     assert not unknown_fields, unknown_fields
 
 
+def _kind(request: httpx.Request) -> str | None:
+    """The method a request calls: a card, a JSON-RPC method, or the one of an HTTP+JSON route."""
+    path = request.url.path
+    if path.endswith("/agent-card.json"):
+        return "card"
+    for http_method, pattern, method in REST_ROUTES:
+        if request.method == http_method and pattern.search(path):
+            return method
+    if request.method == "POST" and path.endswith("/"):
+        return orjson.loads(request.content)["method"]
+    return None
+
+
 def _strict_parser(problems: list[str]):
     """The SDK parses leniently (unknown fields are dropped silently); this httpx hook parses
-    every card and JSON-RPC result again strictly against the SDK's protobuf types."""
+    every card and result again strictly against the SDK's protobuf types."""
 
     async def check(response: httpx.Response) -> None:
         if response.headers.get("content-type", "").startswith("text/event-stream"):
             return  # streams are checked event by event by the scenario
         await response.aread()
-        if response.request.method == "GET":
-            kind, payload = "card", response.json()
-        else:
-            kind, payload = orjson.loads(response.request.content)["method"], response.json().get("result")
-        if payload is None or kind not in STRICT_TYPES:
+        kind = _kind(response.request)
+        if kind is None or kind not in STRICT_TYPES or response.status_code != 200:
+            return
+        payload = response.json()
+        if "jsonrpc" in payload:  # a JSON-RPC response; HTTP+JSON's body is the result itself
+            payload = payload.get("result")
+        if payload is None:
             return
         try:
             ParseDict(payload, STRICT_TYPES[kind]())
@@ -141,11 +179,12 @@ def run(scenario: Callable[[], Awaitable[None]]) -> None:
 # --- scenarios ---------------------------------------------------------------------------
 
 
-def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, echo_agent, alice_key):
+def test_the_sdk_resolves_the_card_and_picks_its_1_0_interface_of_the_binding(live, binding, echo_agent, alice_key):
     async def scenario():
-        async with sdk_client(live, "echo", alice_key) as (_, card):
+        async with sdk_client(live, "echo", alice_key, binding=binding) as (_, card):
             assert [(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces] == [
                 ("JSONRPC", "1.0", agent_url(live, "echo")),
+                ("HTTP+JSON", "1.0", agent_url(live, "echo")),
             ]
             assert card.capabilities.streaming and card.capabilities.push_notifications
             scheme = card.security_schemes["apiKey"].api_key_security_scheme
@@ -157,11 +196,12 @@ def test_the_sdk_resolves_the_card_and_picks_its_json_rpc_1_0_interface(live, ec
 
 def test_a_blocking_send_to_echo_completes_with_its_artifact_and_get_task_returns_the_same_task(
     live,
+    binding,
     echo_agent,
     alice_key,
 ):
     async def scenario():
-        async with sdk_client(live, "echo", alice_key) as (client, _):
+        async with sdk_client(live, "echo", alice_key, binding=binding) as (client, _):
             sent = await send(client, "hello from the sdk")
             assert sent.id and sent.context_id
             assert sent.status.state == COMPLETED
@@ -176,9 +216,12 @@ def test_a_blocking_send_to_echo_completes_with_its_artifact_and_get_task_return
     run(scenario)
 
 
-def test_list_tasks_shows_the_callers_tasks_and_never_another_callers(live, echo_agent, alice_key, bob_key):
+def test_list_tasks_shows_the_callers_tasks_and_never_another_callers(live, binding, echo_agent, alice_key, bob_key):
     async def scenario():
-        async with sdk_client(live, "echo", alice_key) as (alice, _), sdk_client(live, "echo", bob_key) as (bob, _):
+        async with (
+            sdk_client(live, "echo", alice_key, binding=binding) as (alice, _),
+            sdk_client(live, "echo", bob_key, binding=binding) as (bob, _),
+        ):
             alice_first = await send(alice, "alice one")
             alice_second = await send(alice, "alice two")
             bob_task = await send(bob, "bob one")
@@ -202,9 +245,9 @@ def test_list_tasks_shows_the_callers_tasks_and_never_another_callers(live, echo
     run(scenario)
 
 
-def test_cancel_task_cancels_a_task_that_waits_for_input(live, writer_agent, alice_key):
+def test_cancel_task_cancels_a_task_that_waits_for_input(live, binding, writer_agent, alice_key):
     async def scenario():
-        async with sdk_client(live, "writer", alice_key) as (client, _):
+        async with sdk_client(live, "writer", alice_key, binding=binding) as (client, _):
             waiting = await send(client, AMBIGUOUS_REQUEST)
             assert waiting.status.state == INPUT_REQUIRED
             assert "What should I write?" in get_message_text(waiting.status.message)
@@ -225,11 +268,12 @@ def test_cancel_task_cancels_a_task_that_waits_for_input(live, writer_agent, ali
 
 def test_a_follow_up_with_only_the_task_id_continues_an_input_required_task_to_completion(
     live,
+    binding,
     writer_agent,
     alice_key,
 ):
     async def scenario():
-        async with sdk_client(live, "writer", alice_key) as (client, _):
+        async with sdk_client(live, "writer", alice_key, binding=binding) as (client, _):
             waiting = await send(client, AMBIGUOUS_REQUEST)
             assert waiting.status.state == INPUT_REQUIRED
             assert not waiting.artifacts
@@ -252,11 +296,14 @@ def test_a_follow_up_with_only_the_task_id_continues_an_input_required_task_to_c
     run(scenario)
 
 
-def test_the_sdks_auth_interceptor_authenticates_from_the_cards_api_key_scheme(live, echo_agent, alice_key):
+def test_the_sdks_auth_interceptor_authenticates_from_the_cards_api_key_scheme(live, binding, echo_agent, alice_key):
     async def scenario():
         credentials = InMemoryContextCredentialStore()
         await credentials.set_credentials("alice-session", "apiKey", alice_key)
-        async with sdk_client(live, "echo", None, interceptors=[AuthInterceptor(credentials)]) as (client, _):
+        async with sdk_client(live, "echo", None, binding=binding, interceptors=[AuthInterceptor(credentials)]) as (
+            client,
+            _,
+        ):
             as_alice = ClientCallContext(state={"sessionId": "alice-session"})
             sent = await send(client, "keyed by the card", context=as_alice)
             assert sent.status.state == COMPLETED
@@ -268,9 +315,9 @@ def test_the_sdks_auth_interceptor_authenticates_from_the_cards_api_key_scheme(l
     run(scenario)
 
 
-def test_the_sdks_streaming_send_and_subscribe_see_the_writers_events_in_order(live, writer_agent, alice_key):
+def test_the_sdks_streaming_send_and_subscribe_see_the_writers_events_in_order(live, binding, writer_agent, alice_key):
     async def scenario():
-        async with sdk_client(live, "writer", alice_key, streaming=True) as (client, _):
+        async with sdk_client(live, "writer", alice_key, binding=binding, streaming=True) as (client, _):
             message = new_text_message("a haiku about snow", role=Role.ROLE_USER)
             events = [e async for e in client.send_message(SendMessageRequest(message=message))]
             kinds = [e.WhichOneof("payload") for e in events]

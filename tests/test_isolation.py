@@ -247,6 +247,105 @@ def test_the_public_card_is_the_same_for_everyone(client, world):
     assert len(set(cards.values())) == 1
 
 
+# --- the same matrix over HTTP+JSON ---------------------------------------------------------
+#
+# The routes call the same methods, so a refusal is the same; this checks that the route
+# adds nothing that tells (the path's id in the message, a status, a query).
+
+
+def call_rest(client, path: str, http_method: str, route: str, query: dict | None, body, caller: Caller):
+    from urllib.parse import urlencode
+
+    headers = {"A2A-Version": "1.0", **caller.headers}
+    url = path + route + (f"?{urlencode(query)}" if query else "")
+    data = orjson.dumps(body) if body is not None else b""
+    with CaptureQueriesContext(connection) as queries:
+        response = client.generic(http_method, url, data=data, content_type="application/json", headers=headers)
+    assert not response.streaming, f"{http_method} {route} streamed: the matrix expects a refusal or a plain answer"
+    return response.status_code, orjson.loads(response.content), len(queries)
+
+
+REST_OPERATIONS = {
+    "POST message:send (follow-up)": lambda t: (
+        *("POST", "message:send", None),
+        {"message": user_message("a stranger's follow-up", taskId=t), "configuration": {"returnImmediately": True}},
+    ),
+    "GET tasks/{id}:subscribe": lambda t: ("GET", f"tasks/{t}:subscribe", None, None),
+    "POST tasks/{id}:subscribe (resume)": lambda t: ("POST", f"tasks/{t}:subscribe", None, {"lastEventId": "0"}),
+    "GET tasks/{id}:subscribe (resume)": lambda t: ("GET", f"tasks/{t}:subscribe", {"lastEventId": "0"}, None),
+    "POST message:stream (follow-up)": lambda t: (
+        *("POST", "message:stream", None),
+        {"message": user_message("a stranger's follow-up", taskId=t)},
+    ),
+    "POST tasks/{id}/pushNotificationConfigs": lambda t: (
+        *("POST", f"tasks/{t}/pushNotificationConfigs", None),
+        {"id": "mine", "url": HOOK},
+    ),
+    "GET tasks/{id}/pushNotificationConfigs/{id}": lambda t: (
+        "GET",
+        f"tasks/{t}/pushNotificationConfigs/cfg",
+        None,
+        None,
+    ),
+    "GET tasks/{id}/pushNotificationConfigs": lambda t: ("GET", f"tasks/{t}/pushNotificationConfigs", None, None),
+    "DELETE tasks/{id}/pushNotificationConfigs/{id}": lambda t: (
+        *("DELETE", f"tasks/{t}/pushNotificationConfigs/cfg", None, None),
+    ),
+    "GET tasks/{id}": lambda t: ("GET", f"tasks/{t}", {"historyLength": 10}, None),
+    "POST tasks/{id}:cancel": lambda t: ("POST", f"tasks/{t}:cancel", None, None),
+}
+
+
+@pytest.mark.parametrize("operation", list(REST_OPERATIONS))
+def test_over_http_json_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(client, world, tasks, operation):
+    for caller in world:
+        for target in tasks:
+            if same_principal(caller, target.owner):
+                continue
+            path = target.owner.agent
+            theirs = call_rest(client, path, *REST_OPERATIONS[operation](target.task_id), caller)
+            nobody = str(uuid.uuid4())
+            absent = call_rest(client, path, *REST_OPERATIONS[operation](nobody), caller)
+            where = f"{caller.name} -> {target.owner.name}'s task: {operation}"
+            assert theirs[0] == absent[0] and theirs[0] >= 400, where
+            assert without(theirs[1], target.task_id, "ID") == without(absent[1], nobody, "ID"), where
+            assert theirs[2] == absent[2], f"{where}: {theirs[2]} queries, {absent[2]} for no task"
+            assert "error" in theirs[1], where
+            assert b"private text" not in orjson.dumps(theirs[1]), where
+
+
+@pytest.mark.parametrize("operation", ["GET tasks/{id}", "GET tasks/{id}/pushNotificationConfigs"])
+def test_over_http_json_every_owner_reaches_its_own_task(client, world, tasks, operation):
+    for target in tasks:
+        status, body, _ = call_rest(
+            client, target.owner.agent, *REST_OPERATIONS[operation](target.task_id), target.owner
+        )
+        assert status == 200 and "error" not in body, (target.owner.name, body)
+
+
+def test_over_http_json_list_tasks_shows_each_caller_its_own_tasks_and_an_anonymous_caller_none(client, world, tasks):
+    for caller in world:
+        for context in (None, *[t.context_id for t in tasks]):
+            query = {"historyLength": 10, **({"contextId": context} if context else {})}
+            status, body, _ = call_rest(client, caller.agent, "GET", "tasks", query, None, caller)
+            assert status == 200, body
+            listed = {t["id"] for t in body["tasks"]}
+            mine = {t.task_id for t in tasks if t.owner is caller and (context is None or t.context_id == context)}
+            assert listed == (set() if caller.anonymous else mine), (caller.name, context)
+            assert body["totalSize"] == len(listed)
+
+
+def test_over_http_json_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_limited_to(client, world):
+    paths = ["/agents/ta/echo/", "/agents/ta/open/", "/agents/tb/echo/", "/agents/tb/other/"]
+    for caller in world:
+        for path in paths:
+            over_rpc = call(client, path, "ListTasks", {}, caller)
+            over_rest = call_rest(client, path, "GET", "tasks", None, None, caller)
+            assert over_rest[0] == over_rpc[0], (caller.name, path)
+            if over_rest[0] != 200:
+                assert over_rest[1]["error"]["message"] == over_rpc[1]["error"]["message"], (caller.name, path)
+
+
 # --- what the agent's tenant configures ------------------------------------------------------
 #
 # An agent's secret, its executor's settings and what its executor keeps on a task are the

@@ -301,7 +301,7 @@ def test_our_own_hosted_cards_are_valid_1_0_cards(tenant, fields):
     assert validate(card, "1.0") == []
     index = normalise(card, "1.0")
     assert index.url == "https://agents.example.test/agents/acme/hosted/"
-    assert index.bindings == ("JSONRPC",) and index.protocol_versions == ("1.0",)
+    assert index.bindings == ("JSONRPC", "HTTP+JSON") and index.protocol_versions == ("1.0",)
     assert "apiKey" in index.security_schemes and "openIdConnect" in index.security_schemes
 
 
