@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounts import agent_kinds
 from accounts.models import Tenant
-from accounts.services import agent_ensure
+from accounts.services import agent_ensure, agent_secret_generate, agent_secret_set
 from tasks_app import executors
 
 
@@ -24,9 +24,28 @@ class Command(BaseCommand):
             "--sandbox", action="store_true", help="a shared sandbox: every caller sees every task (its card says so)"
         )
         parser.add_argument("--executor-settings", default="{}", help="the executor's settings, a JSON object")
+        parser.add_argument(
+            "--new-secret",
+            action="store_true",
+            help="give the agent a new secret (Standard Webhooks form, whsec_...) and print it: a webhook "
+            "agent signs its requests with it; it is shown this once",
+        )
         parser.add_argument("--json", action="store_true", help="print a JSON object")
 
-    def handle(self, *args, tenant, slug, executor, name, description, public, sandbox, executor_settings, **options):
+    def handle(
+        self,
+        *args,
+        tenant,
+        slug,
+        executor,
+        name,
+        description,
+        public,
+        sandbox,
+        executor_settings,
+        new_secret,
+        **options,
+    ):
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"no tenant {tenant!r} (create_tenant makes one)")
@@ -51,7 +70,14 @@ class Command(BaseCommand):
                 "shared_sandbox": sandbox,
             },
         )
+        secret = ""
+        if new_secret:
+            secret = agent_secret_generate()
+            agent_secret_set(agent=agent, secret=secret)
         if options["json"]:
-            self.stdout.write(json.dumps({"tenant": found.slug, "agent": agent.slug, "path": agent.path}))
+            shown = {"tenant": found.slug, "agent": agent.slug, "path": agent.path}
+            self.stdout.write(json.dumps({**shown, "secret": secret} if secret else shown))
         else:
             self.stdout.write(agent.path)
+            if secret:
+                self.stdout.write(f"secret: {secret}")
