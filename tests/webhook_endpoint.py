@@ -44,6 +44,8 @@ class Reply:
     raw: bytes | None = None
     # Seconds to wait before anything is sent.
     delay: float = 0.0
+    # False: the connection is closed after the chunks, without the body's end.
+    end: bool = True
 
 
 def line(action: dict[str, Any]) -> bytes:
@@ -61,8 +63,9 @@ def document(value: Any, **reply: Any) -> Reply:
 
 
 class Endpoint:
-    def __init__(self, secret: str, port: int = 0) -> None:
-        self.verifier = Webhook(secret)
+    def __init__(self, secret: str | None, port: int = 0) -> None:
+        """`secret`: the agent's, to verify each request's signature (None: no check)."""
+        self.verifier = Webhook(secret) if secret is not None else None
         self.seen: list[Seen] = []
         self.script: list[Reply] = []
         self.finished: list[float] = []  # when each answer's last byte was written
@@ -76,7 +79,8 @@ class Endpoint:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 try:
-                    endpoint.verifier.verify(body, headers, json_parse=False)
+                    if endpoint.verifier is not None:
+                        endpoint.verifier.verify(body, headers, json_parse=False)
                     verified = True
                 except WebhookVerificationError:
                     verified = False
@@ -115,8 +119,9 @@ class Endpoint:
                     if data:
                         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                         self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
-                self.wfile.flush()
+                if reply.end:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
 
             def log_message(self, *args: Any) -> None:
                 pass
