@@ -358,7 +358,9 @@ class Streamed:
                 raise Dropped("the connection was closed before an answer", self.elapsed_ms()) from None
             if self._answered and "peer closed connection" in str(exc):
                 raise Broken("the connection was closed before the answer ended", self.elapsed_ms()) from None
-            raise Broken(f"the answer is not valid HTTP: {exc}", self.elapsed_ms()) from None
+            # h11 quotes what it could not parse, up to a whole head: a line of it says enough.
+            said = str(exc) if len(str(exc)) <= 200 else str(exc)[:199] + "…"
+            raise Broken(f"the answer is not valid HTTP: {said}", self.elapsed_ms()) from None
 
     def _read_head(self) -> None:
         while True:
