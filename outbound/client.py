@@ -191,6 +191,11 @@ def _describe_os_error(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def _ssl_reason(exc: ssl.SSLError) -> str:
+    """OpenSSL's reason code in words (WRONG_VERSION_NUMBER: "wrong version number")."""
+    return exc.reason.replace("_", " ").lower() if exc.reason else str(exc)
+
+
 class Streamed:
     """An answer being read: `status` and `headers` at once, then its body through `lines()`
     or `read()` as it arrives. Made by `post_streamed`, which closes it."""
@@ -285,7 +290,7 @@ class Streamed:
             except ssl.SSLCertVerificationError as exc:
                 raise TlsFailed(f"TLS: {exc.verify_message or exc.reason}", self.elapsed_ms()) from None
             except ssl.SSLError as exc:
-                raise TlsFailed(f"TLS: {exc.reason or exc}", self.elapsed_ms()) from None
+                raise TlsFailed(f"TLS: {_ssl_reason(exc)}", self.elapsed_ms()) from None
             except TimeoutError:
                 raise ConnectFailed("the TLS handshake did not finish in time", self.elapsed_ms()) from None
             except OSError as exc:
@@ -339,7 +344,7 @@ class Streamed:
             self._checkpoint()
             return False
         except ssl.SSLError as exc:
-            raise Broken(f"TLS: {exc.reason or exc}", self.elapsed_ms()) from None
+            raise Broken(f"TLS: {_ssl_reason(exc)}", self.elapsed_ms()) from None
         except OSError as exc:
             if not self._answered:
                 raise Dropped(f"before an answer, {_describe_os_error(exc)}", self.elapsed_ms()) from None

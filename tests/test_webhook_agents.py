@@ -511,12 +511,30 @@ def test_a_line_over_the_server_s_line_cap_is_refused(tenant, secret, endpoint, 
     assert reason == "the webhook endpoint's answer is too large: a line longer than 500 bytes (after 1 applied action)"
 
 
-def test_an_https_url_to_an_endpoint_without_tls_fails_the_handshake(tenant, secret, endpoint):
-    agent = webhook_agent(tenant, secret, endpoint.url().replace("http://", "https://"))
-    failure, reason = failed(send(agent)[0])
+def test_an_https_url_to_an_endpoint_without_tls_fails_the_handshake_and_is_not_tried_again(tenant, secret):
+    accepted = []
+
+    def plain_http(listener: socket.socket) -> None:
+        # Answers every connection at once in plain HTTP, as a server without TLS would.
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(connection)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+            connection.close()
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        threading.Thread(target=plain_http, args=(listener,), daemon=True).start()
+        agent = webhook_agent(tenant, secret, f"https://127.0.0.1:{port}/agent")
+        failure, reason = failed(send(agent)[0])
     assert failure == Failure.AGENT_ERROR
-    assert reason.startswith(f"the webhook endpoint at 127.0.0.1:{endpoint.port} failed the TLS handshake: TLS: ")
-    assert endpoint.seen == []  # not retried: a handshake that failed fails again
+    assert reason.startswith(f"the webhook endpoint at 127.0.0.1:{port} failed the TLS handshake: TLS: ")
+    assert len(accepted) == 1  # a handshake that failed would fail again
 
 
 def test_an_agent_without_a_secret_is_misconfigured(tenant, endpoint):
@@ -668,7 +686,7 @@ def test_a_task_canceled_while_its_endpoint_is_quiet_stops_the_run_and_closes_th
 
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # this test runs it, in a thread of its own
     agent = webhook_agent(tenant, secret, endpoint.url())
-    endpoint.answer(Reply(chunks=[(0, WORKING), (5, line({"type": "complete"}))]))
+    endpoint.answer(Reply(chunks=[(0, WORKING), (1.5, line({"type": "complete"})), (0.1, WORKING)]))
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hello"}])
     task, _ = services.message_receive(agent=agent, principal=ALICE, message=message)
     outcome: list[str] = []
@@ -689,8 +707,9 @@ def test_a_task_canceled_while_its_endpoint_is_quiet_stops_the_run_and_closes_th
     services.task_cancel_as_operator(task_id=task.pk, reason="an operator stopped it")
     worker.join(10)
     assert outcome == ["closed"]
-    assert time.monotonic() - canceled_at < 2  # the endpoint's next line was 5 s away
-    endpoint.wait_finished()  # its write found the connection closed
+    assert time.monotonic() - canceled_at < 1.2  # the endpoint's next line was 1.5 s away
+    endpoint.wait_finished()
+    assert endpoint.cut_off == 1  # when it came, the connection was closed
     assert selectors.task_state(task.pk) == TaskState.CANCELED
 
 

@@ -68,7 +68,8 @@ class Endpoint:
         self.verifier = Webhook(secret) if secret is not None else None
         self.seen: list[Seen] = []
         self.script: list[Reply] = []
-        self.finished: list[float] = []  # when each answer's last byte was written
+        self.finished: list[float] = []  # when each answer's last byte was written (or could not be)
+        self.cut_off = 0  # answers whose connection the server had closed before they were written
         self._changed = threading.Condition()
         endpoint = self
 
@@ -90,11 +91,13 @@ class Endpoint:
                     endpoint._changed.notify_all()
                 if not verified:
                     reply = Reply(401, "text/plain", [(0, b"bad signature")])
+                cut_off = False
                 try:
                     self._answer(reply)
                 except (BrokenPipeError, ConnectionResetError):  # the server stopped reading
-                    pass
+                    cut_off = True
                 with endpoint._changed:
+                    endpoint.cut_off += cut_off
                     endpoint.finished.append(time.monotonic())
                     endpoint._changed.notify_all()
                 self.close_connection = True

@@ -428,7 +428,8 @@ class Plan:
         limit = run_limit()
         wanted = float(raw.get("timeout", DEFAULT_TIMEOUT))
         timeout = min(wanted, limit)
-        max_bytes = min(int(raw.get("max_response_bytes", settings.WEBHOOK_RESPONSE_MAX_BYTES)), _response_cap())
+        cap = _response_cap()
+        max_bytes = min(int(raw.get("max_response_bytes", cap)), cap)
         try:
             parts = urlsplit(url)
             host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
