@@ -18,7 +18,16 @@ from django.utils.html import format_html
 from . import agent_kinds
 from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
 from .models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
-from .services import AccountError, api_key_check, api_key_create, api_key_revoke, member_add
+from .services import (
+    AccountError,
+    agent_secret_check,
+    agent_secret_generate,
+    agent_secret_set,
+    api_key_check,
+    api_key_create,
+    api_key_revoke,
+    member_add,
+)
 
 
 @admin.register(Tenant)
@@ -39,6 +48,23 @@ class AgentForm(forms.ModelForm):
     )
     icon_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
     documentation_url = forms.URLField(required=False, max_length=500, assume_scheme="https")
+    # The secret is written, never read back: the page says only whether one is set.
+    secret_action = forms.ChoiceField(
+        label="Secret",
+        choices=[
+            ("keep", "keep as it is"),
+            ("generate", "generate a new one (shown once)"),
+            ("set", "set the one typed below"),
+            ("clear", "remove it"),
+        ],
+        initial="keep",
+        required=False,
+        help_text="The executor's secret: a webhook agent signs its requests with it, a fronted agent "
+        "sends it to its upstream. Stored encrypted; never shown again.",
+    )
+    new_secret = forms.CharField(
+        label="New secret", required=False, strip=False, widget=forms.PasswordInput(render_value=False)
+    )
 
     class Meta:
         model = Agent
@@ -69,7 +95,26 @@ class AgentForm(forms.ModelForm):
         if executor and "settings" in cleaned:
             for problem in agent_kinds.settings_problems(executor, cleaned["settings"]):
                 self.add_error("settings" if problem.startswith("settings") else "executor", problem)
+        action, typed = cleaned.get("secret_action") or "keep", cleaned.get("new_secret") or ""
+        if action == "set" and not typed:
+            self.add_error("new_secret", "Type the secret to set.")
+        elif action == "set":
+            try:
+                agent_secret_check(typed)
+            except AccountError as exc:
+                self.add_error("new_secret", str(exc))
+        elif typed:
+            self.add_error("new_secret", "Choose “set the one typed below” to use it.")
         return cleaned
+
+    def secret_change(self) -> str | None:
+        """The secret to store after saving: None keeps the one there is."""
+        action = self.cleaned_data.get("secret_action") or "keep"
+        if action == "generate":
+            return agent_secret_generate()
+        if action == "set":
+            return self.cleaned_data["new_secret"]
+        return "" if action == "clear" else None
 
 
 @admin.register(Agent)
@@ -84,8 +129,22 @@ class AgentAdmin(TenantScopedAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:
         # Tasks point at (agent, tenant) together: an agent cannot move to another tenant.
-        readonly = tuple(super().get_readonly_fields(request, obj))
+        readonly = (*super().get_readonly_fields(request, obj), "secret_is_set")
         return (*readonly, "tenant") if obj is not None else readonly
+
+    @admin.display(description="Secret set", boolean=True)
+    def secret_is_set(self, obj: Agent) -> bool:
+        return bool(obj.secret_sealed)
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        secret = form.secret_change()
+        if secret is not None:  # sealed onto the agent, saved with the rest in one write
+            agent_secret_set(agent=obj, secret=secret, save=False)
+        super().save_model(request, obj, form, change)
+        if secret and form.cleaned_data.get("secret_action") == "generate":
+            self.message_user(
+                request, f"Secret generated. Copy it now, it is not shown again: {secret}", messages.WARNING
+            )
 
 
 @admin.register(Membership)

@@ -5,6 +5,8 @@ from django.core.validators import URLValidator, validate_slug
 from django.db import models
 from django.db.models import Q
 
+from .card_content import validate_extensions, validate_modes, validate_skills
+
 SLUG_LENGTH = 64
 # Principals named by the server itself carry one of these prefixes ("key:", "oidc:"), so a
 # name a tenant chooses for a key can never be taken for one of them.
@@ -74,10 +76,15 @@ class Agent(models.Model):
     skills = models.JSONField(
         default=list,
         blank=True,
+        validators=[validate_skills],
         help_text='A2A skills: [{"id", "name", "description", "tags", "examples", "inputModes", "outputModes"}]',
     )
-    input_modes = models.JSONField(default=list, blank=True, help_text="Media types the agent accepts.")
-    output_modes = models.JSONField(default=list, blank=True, help_text="Media types the agent produces.")
+    input_modes = models.JSONField(
+        default=list, blank=True, validators=[validate_modes], help_text="Media types the agent accepts."
+    )
+    output_modes = models.JSONField(
+        default=list, blank=True, validators=[validate_modes], help_text="Media types the agent produces."
+    )
     executor = models.CharField(max_length=64, help_text="Name of a registered executor (tasks_app.executors).")
     settings = models.JSONField(default=dict, blank=True, help_text="Executor settings.")
     # The executor's secret (a webhook agent's signing secret, a fronted agent's credential for
@@ -86,6 +93,7 @@ class Agent(models.Model):
     extensions = models.JSONField(
         default=list,
         blank=True,
+        validators=[validate_extensions],
         help_text='A2A extensions: [{"uri", "description", "required", "params"}]. A request that does not '
         "activate a required one (A2A-Extensions header) is refused with ExtensionSupportRequired.",
     )

@@ -149,14 +149,22 @@ def agent_secret_generate() -> str:
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode()
 
 
-def agent_secret_set(*, agent: Agent, secret: str) -> None:
-    """Seal and store the agent's secret ("" removes it). Its executor reads it at each run."""
+def agent_secret_check(secret: str) -> str:
+    """The secret, if it can be sent in a header as typed; else AccountError saying why."""
     if len(secret) > MAX_SECRET_LENGTH:
         raise AccountError(f"the secret is longer than {MAX_SECRET_LENGTH} characters")
-    if secret != secret.strip() or any(ord(c) < 32 or ord(c) == 127 for c in secret):
-        raise AccountError("the secret has spaces at its ends or control characters")
+    if secret != secret.strip() or any(ord(c) < 32 or ord(c) >= 127 for c in secret):
+        raise AccountError("the secret must be printable ASCII without spaces at its ends")
+    return secret
+
+
+def agent_secret_set(*, agent: Agent, secret: str, save: bool = True) -> None:
+    """Seal and store the agent's secret ("" removes it); with save=False only seal it onto
+    `agent`, for a caller saving the agent anyway. Its executor reads it at each run."""
+    agent_secret_check(secret)
     agent.secret_sealed = sealing.seal(secret)
-    agent.save(update_fields=["secret_sealed", "updated_at"])
+    if save:
+        agent.save(update_fields=["secret_sealed", "updated_at"])
 
 
 def oidc_issuer_set(*, tenant: Tenant, issuer: str, audience: str, jwks_url: str) -> OidcIssuer:

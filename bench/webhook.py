@@ -205,7 +205,7 @@ def main(argv=None) -> int:
             [
                 *(".venv/bin/python", "manage.py", "create_agent", "demo", slug, "--executor", "webhook"),
                 *("--executor-settings", json.dumps({"url": f"http://127.0.0.1:{endpoint.port}/{slug}"})),
-                *("--new-secret", "--json"),
+                *("--generate-secret", "--json"),
             ],
             logdir / "setup.log",
             env,

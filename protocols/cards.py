@@ -70,6 +70,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
             **({"outputModes": s["outputModes"]} if s.get("outputModes") else {}),
         }
         for s in agent.skills
+        if isinstance(s, dict)  # checked when saved (accounts.card_content); rows from before may not be
     ]
     schemes, requirements = security(agent)
     card: dict[str, Any] = {

@@ -334,6 +334,9 @@ class TaskDetailAdmin:
             "has_view_permission": True,
             "fields": self._task_fields(task),
             "metadata": pretty(task.metadata) if task.metadata else "",
+            # What the executor keeps between runs (a fronted agent's upstream task id): for
+            # operators tracing a run to its upstream; clients never see it.
+            "executor_state": pretty(task.executor_state) if task.executor_state else "",
             "failure_reason": selectors.failure_reason(task) if task.state == TaskState.FAILED else "",
             "timeline": self._timeline_entries(task, timeline),
             "timeline_page": timeline.page,

@@ -186,6 +186,13 @@ def test_the_context_and_the_referenced_tasks_are_links_to_what_the_member_may_s
     assert f'href="/admin/tasks_app/task/{foreign.pk}/change/"' in root_html
 
 
+def test_the_task_page_shows_what_its_executor_keeps_between_runs_escaped(bag, runs, tenant):
+    task = task_in(TaskState.INPUT_REQUIRED, bag)
+    Task.objects.filter(pk=task.pk).update(executor_state={"upstreamTaskId": "<up-1>"})
+    html = browser_for("viewer", tenant=tenant, role=Role.VIEWER).get(page_url(task)).content.decode()
+    assert "executor state" in html and "&quot;upstreamTaskId&quot;: &quot;&lt;up-1&gt;&quot;" in html
+
+
 def test_the_task_page_shows_push_configs_deliveries_and_attempts_but_no_secrets(bag, runs):
     task = task_in(TaskState.COMPLETED, bag)
     config = PushConfig.objects.create(

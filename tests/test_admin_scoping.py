@@ -26,7 +26,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
-from accounts.services import api_key_create, member_add, oidc_issuer_set, tenant_ensure
+from accounts.services import agent_secret_set, api_key_create, member_add, oidc_issuer_set, tenant_ensure
 from push.models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from registry import services as registry_services
 from registry.models import Entry, Flag
@@ -67,6 +67,7 @@ class World:
 
 def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
     agent = make_agent(tenant, agent_slug, "echo")
+    agent_secret_set(agent=agent, secret=f"whsec-of-{tenant.slug}-in-plain")
     key, plaintext = api_key_create(tenant=tenant, name=f"{tenant.slug}-key", principal=f"{tenant.slug}-principal")
     hook = {"id": f"{tenant.slug}-hook", "url": f"http://127.0.0.1:9/{tenant.slug}-hook"}
     task_id = rpc.send(
@@ -561,6 +562,26 @@ def test_an_owner_edits_its_agent_which_stays_in_its_tenant(world, as_user, rpc)
     agent.refresh_from_db()
     assert agent.name == "Renamed" and agent.version == "2.0.0" and agent.tenant == world.a.tenant
     assert LogEntry.objects.filter(object_id=str(agent.pk), action_flag=CHANGE, user__username="owner").exists()
+
+
+@pytest.mark.parametrize("who", USERS)
+def test_no_page_shows_an_agent_s_secret_to_anyone(who, world, as_user):
+    browser = as_user(who)
+    for side in (world.a, world.b):
+        sealed = Agent.objects.get(pk=side.agent.pk).secret_sealed
+        for path in (PAGES["agents"].changelist(), PAGES["agents"].change_url(side.agent.pk)):
+            html = browser.get(path).content.decode()
+            assert f"whsec-of-{side.tenant.slug}-in-plain" not in html and sealed not in html
+
+
+@pytest.mark.parametrize("who", ["viewer", "operator", "owner-of-a-viewer-of-b"])
+def test_only_an_owner_of_the_agent_s_tenant_changes_its_secret(who, world, as_user):
+    side = world.b if who == "owner-of-a-viewer-of-b" else world.a
+    before = Agent.objects.get(pk=side.agent.pk).secret_sealed
+    form = {"slug": side.agent.slug, "name": "x", "description": "x", "executor": "echo", "secret_action": "clear"}
+    response = as_user(who).post(PAGES["agents"].change_url(side.agent.pk), form)
+    assert response.status_code == 403
+    assert Agent.objects.get(pk=side.agent.pk).secret_sealed == before
 
 
 def test_an_owner_sets_its_tenants_issuer_and_no_other(world, as_user):

@@ -86,23 +86,3 @@ def test_an_executor_s_own_check_that_breaks_is_a_problem_not_an_error(monkeypat
     kinds["echo"] = agent_kinds.Kind(name="echo", problems=broken)
     monkeypatch.setattr(agent_kinds, "kinds", lambda: kinds)
     assert agent_kinds.settings_problems("echo", {}) == ["settings: the executor's own check failed (KeyError: 'url')"]
-
-
-def test_create_agent_can_give_a_webhook_agent_a_new_secret_shown_once(tenant, capsys):
-    from accounts.models import Agent
-    from accounts.sealing import unseal
-
-    call_command(
-        "create_agent",
-        "acme",
-        "hook",
-        "--executor",
-        "webhook",
-        "--executor-settings",
-        '{"url": "https://agent.example.test/run"}',
-        "--new-secret",
-        "--json",
-    )
-    shown = json.loads(capsys.readouterr().out)
-    assert shown["path"] == "/agents/acme/hook/" and shown["secret"].startswith("whsec_")
-    assert unseal(Agent.objects.get(slug="hook").secret_sealed) == shown["secret"]

@@ -247,6 +247,37 @@ def test_the_public_card_is_the_same_for_everyone(client, world):
     assert len(set(cards.values())) == 1
 
 
+# --- what the agent's tenant configures ------------------------------------------------------
+#
+# An agent's secret, its executor's settings and what its executor keeps on a task are the
+# tenant's and the executor's: no caller's answer carries them, whoever asks.
+
+CONFIGURED = ("tenant-secret-marker", "settings-marker", "executor-state-marker")
+
+
+def test_no_caller_reads_an_agent_s_secret_its_settings_or_its_executor_s_state(client, world, tasks):
+    from accounts.models import Agent
+    from accounts.services import agent_secret_set
+    from tasks_app.models import Task
+
+    for agent in Agent.objects.all():
+        agent_secret_set(agent=agent, secret="tenant-secret-marker")
+    Agent.objects.update(settings={"url": "https://settings-marker.example"}, has_extended_card=True)
+    Task.objects.update(executor_state={"upstream": "executor-state-marker"})
+    for owned in tasks:
+        caller = owned.owner
+        answers = [
+            call(client, caller.agent, "GetTask", {"id": owned.task_id, "historyLength": 10}, caller)[1],
+            call(client, caller.agent, "ListTasks", {}, caller)[1],
+            call(client, caller.agent, "GetExtendedAgentCard", {}, caller)[1],
+            client.get(f"{caller.agent}.well-known/agent-card.json", headers=caller.headers).json(),
+        ]
+        shown = orjson.dumps(answers).decode()
+        assert not any(marker in shown for marker in CONFIGURED), caller.name
+        sealed = Agent.objects.filter(secret_sealed__gt="").values_list("secret_sealed", flat=True).first()
+        assert sealed and sealed not in shown
+
+
 # --- the registry (/api/registry/) ------------------------------------------------------------
 #
 # A tenant's entries that are not listed (a draft, one pending its first review, a rejected and
