@@ -189,8 +189,13 @@ GC_GEN0_THRESHOLD = env.int("GC_GEN0_THRESHOLD", default=20000)
 # Agents and API keys found by protocol requests are cached in-process this long (seconds);
 # a revoked key or a changed agent takes effect within it. 0 = no cache.
 AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
-# Card caching (seconds).
+# Card caching (seconds): our agents' cards are served with this max-age, and a fronted
+# agent's upstream card (tasks_app/executors/upstream/) is kept this long in each process.
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
+# Fronted A2A agents (docs/executors.md): at most this many bytes of an upstream's card, and of
+# any one of its answers (a stream counts all its events; past it, the task fails).
+UPSTREAM_CARD_MAX_BYTES = env.int("UPSTREAM_CARD_MAX_BYTES", default=256 * 1024)
+UPSTREAM_RESPONSE_MAX_BYTES = env.int("UPSTREAM_RESPONSE_MAX_BYTES", default=16 * 1024 * 1024)
 
 # --- Limits per caller and per tenant (docs/limits.md) ----------------------------------
 # Requests per minute per API key or bearer subject, and per anonymous client address, unless
