@@ -20,6 +20,9 @@ class Kind:
     description: str = ""
     # The agent's settings must satisfy it; the default takes any object.
     schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    # What else is wrong with settings the schema accepts (rules a static schema cannot say,
+    # such as this server's own settings), one line each.
+    problems: Callable[[Any], list[str]] | None = None
 
 
 _source: Callable[[], dict[str, Kind]] | None = None
@@ -49,4 +52,9 @@ def settings_problems(executor: str, settings: Any) -> list[str]:
     for error in sorted(validator.iter_errors(settings), key=lambda e: list(map(str, e.absolute_path))):
         message = error.message if len(error.message) <= MAX_SHOWN * 2 else error.message[: MAX_SHOWN * 2] + "…"
         problems.append(f"{_where(error.absolute_path)}: {message}")
+    if not problems and kind.problems is not None:
+        try:
+            problems = list(kind.problems(settings))
+        except Exception as exc:  # noqa: BLE001 - a plugin's check that breaks must not break the form
+            problems = [f"settings: the executor's own check failed ({type(exc).__name__}: {exc})"]
     return problems

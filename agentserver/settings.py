@@ -270,6 +270,24 @@ CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
     "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),
 }
 
+# --- Webhook agents (tasks_app/executors/webhook.py, docs/executors.md) -----------------
+# An agent's endpoint must be https; plain http only when this is set (local development, the
+# tests, `make run`). Checked when the agent is saved and again at every run.
+WEBHOOK_ALLOW_HTTP = env.bool("WEBHOOK_ALLOW_HTTP", default=False)
+# The most an agent's `max_response_bytes` may be (and its default), and the longest line
+# (one action) of a streamed answer.
+WEBHOOK_RESPONSE_MAX_BYTES = env.int("WEBHOOK_RESPONSE_MAX_BYTES", default=4 * 1024 * 1024)
+WEBHOOK_LINE_MAX_BYTES = env.int("WEBHOOK_LINE_MAX_BYTES", default=1024 * 1024)
+# A request that could not be delivered (no connection, dropped before an answer, 429/502/
+# 503/504) is tried again after this many seconds, doubled each time (times a random factor
+# in [0.5, 1]); a Retry-After is honoured up to WEBHOOK_RETRY_AFTER_MAX. Never past the run's
+# own timeout.
+WEBHOOK_RETRY_BACKOFF = env.float("WEBHOOK_RETRY_BACKOFF", default=0.5)
+WEBHOOK_RETRY_AFTER_MAX = env.float("WEBHOOK_RETRY_AFTER_MAX", default=10.0)
+# While an endpoint sends nothing, its run asks the store whether the task was canceled this
+# often (seconds); between actions the writes themselves find out, at no cost.
+WEBHOOK_CANCEL_CHECK_EVERY = env.float("WEBHOOK_CANCEL_CHECK_EVERY", default=1.0)
+
 # --- The registry (registry/, docs/registry.md) ------------------------------------------
 # Hosted agents' cards in the directory carry this base URL (PUBLIC_BASE_URL when set).
 REGISTRY_HOSTED_BASE_URL = env.str("REGISTRY_HOSTED_BASE_URL", default="http://localhost:8000").rstrip("/")

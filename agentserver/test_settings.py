@@ -27,6 +27,11 @@ os.environ.setdefault("PUSH_BACKOFF_CAP", "0.2")
 os.environ.setdefault("PUSH_RETRY_AFTER_MAX", "5")
 os.environ.setdefault("PUSH_MAX_ATTEMPTS", "4")
 os.environ.setdefault("PUSH_KEY_PUBLISH_DELAY", "0")
+# Webhook agents: the tests' endpoints are plain http on 127.0.0.1; retries come fast.
+os.environ.setdefault("WEBHOOK_ALLOW_HTTP", "1")
+os.environ.setdefault("WEBHOOK_RETRY_BACKOFF", "0.05")
+os.environ.setdefault("WEBHOOK_RETRY_AFTER_MAX", "2")
+os.environ.setdefault("WEBHOOK_CANCEL_CHECK_EVERY", "0.2")
 # Tests must never send a DNS query off the machine: the registry's domain proofs ask this
 # (nothing answers on the discard port); a test that needs DNS starts its own loopback server
 # (tests/dns_server.py) and overrides the setting.

@@ -1,5 +1,5 @@
 """Requests this server makes to addresses someone else chose: push receivers, tenants'
-OpenID Connect issuers (their JWKS), later the registry's card fetches.
+OpenID Connect issuers (their JWKS), the registry's card fetches, webhook agents' endpoints.
 
 The bottom layer, and not a Django app: it reads settings (OUTBOUND_ALLOW_NETS) and imports
 nothing else of the project, so every app can use it.
@@ -8,4 +8,6 @@ nothing else of the project, so every app can use it.
   resolves to public (or allow-listed); the answer pins the checked address.
 - `client.post` / `client.get`: one request to that checked address (the URL's name kept for
   Host and TLS), no redirects, no proxies from the environment, a timeout, a capped body.
+- `client.post_streamed`: the same rules for an answer read as it arrives (webhook agents'
+  actions): lines as they come, a total deadline, an idle timeout, capped lines and body.
 """

@@ -104,6 +104,9 @@ fi
 # --- 3. migrate, seed, start ---------------------------------------------------
 # Hosted agents' cards in the directory name this server.
 export REGISTRY_HOSTED_BASE_URL="${REGISTRY_HOSTED_BASE_URL:-http://$HOST:$PORT}"
+# A webhook agent under development usually answers on plain http (its address must still be
+# allowed: OUTBOUND_ALLOW_NETS=127.0.0.1/32 for one on this machine).
+export WEBHOOK_ALLOW_HTTP="${WEBHOOK_ALLOW_HTTP:-1}"
 log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }

@@ -17,7 +17,9 @@ class TasksAppConfig(AppConfig):
 
         agent_kinds.provide(
             lambda: {
-                name: agent_kinds.Kind(name=name, description=cls.description, schema=cls.settings_schema)
+                name: agent_kinds.Kind(
+                    name=name, description=cls.description, schema=cls.settings_schema, problems=cls.settings_problems
+                )
                 for name, cls in REGISTRY.items()
             }
         )

@@ -13,7 +13,7 @@ from django.db import connections
 
 from . import dispatch, services
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
-from .executors import AgentContext, Misconfigured, executor_for
+from .executors import AgentContext, AgentFailure, Misconfigured, executor_for
 from .lifecycle import Failure, Role
 from .storable import Refused
 
@@ -64,6 +64,8 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
         return "closed"
     except Misconfigured as exc:
         return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: {exc}")
+    except AgentFailure as exc:
+        return fail(exc.failure, str(exc))
     except SoftTimeLimitExceeded:
         _discard_connections()
         return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")

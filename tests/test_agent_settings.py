@@ -64,3 +64,25 @@ def test_create_agent_refuses_settings_its_executor_does_not_take(tenant):
     with pytest.raises(CommandError, match=r"settings\['delay'\]: 'soon' is not of type 'number'"):
         call_command("create_agent", "acme", "w2", "--executor", "writer", "--executor-settings", '{"delay": "soon"}')
     call_command("create_agent", "acme", "w2", "--executor", "writer", "--executor-settings", '{"delay": 1}')
+
+
+def test_rules_beyond_the_schema_are_checked_once_the_schema_holds(tenant, settings):
+    settings.WEBHOOK_ALLOW_HTTP = False
+    hook = make_agent(tenant, "hook", "webhook", settings={"url": "https://agent.example.test/run"})
+    form = form_for(hook, settings={"url": "http://127.0.0.2/run"})
+    assert not form.is_valid()
+    problems = form.errors["settings"]
+    assert "settings['url']: must use https (this server sends plain http only with WEBHOOK_ALLOW_HTTP set)" in problems
+    assert any("requests may not be sent to 127.0.0.2: it is a loopback address" in p for p in problems)
+    # A schema problem alone is reported: the other rules assume settings of the right shape.
+    assert form_for(hook, settings={"url": 7}).errors["settings"] == ["settings['url']: 7 is not of type 'string'"]
+
+
+def test_an_executor_s_own_check_that_breaks_is_a_problem_not_an_error(monkeypatch):
+    def broken(values):
+        raise KeyError("url")
+
+    kinds = dict(agent_kinds.kinds())
+    kinds["echo"] = agent_kinds.Kind(name="echo", problems=broken)
+    monkeypatch.setattr(agent_kinds, "kinds", lambda: kinds)
+    assert agent_kinds.settings_problems("echo", {}) == ["settings: the executor's own check failed (KeyError: 'url')"]

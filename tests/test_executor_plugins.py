@@ -96,8 +96,9 @@ def test_the_built_in_executors_come_through_the_same_entry_points():
         "conformance": plugins.BUILT_IN_SOURCE,
         "writer": plugins.BUILT_IN_SOURCE,
         "a2a-upstream": plugins.BUILT_IN_SOURCE,
+        "webhook": plugins.BUILT_IN_SOURCE,
     }
-    assert set(REGISTRY) >= {"echo", "conformance", "writer", "a2a-upstream"}
+    assert set(REGISTRY) >= {"echo", "conformance", "writer", "a2a-upstream", "webhook"}
 
 
 def test_an_installed_distribution_adds_its_executor(installed):
@@ -142,7 +143,7 @@ def test_a_starting_process_loads_installed_plugins_and_logs_the_broken_ones(sit
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["names"] == ["a2a-upstream", "conformance", "echo", "shouter", "writer"]
+    assert result["names"] == ["a2a-upstream", "conformance", "echo", "shouter", "webhook", "writer"]
     assert result["broken"] == ["echo", "frob", "helper", "loud"]
     assert "executor plugin 'frob' from broken-agents 1.0 not loaded: ImportError: needs libfrobnicate" in done.stderr
 

@@ -4,6 +4,7 @@ and GET alike. Verdicts are tested on the guard itself (address in, verdict out)
 here sends traffic beyond 127.0.0.1."""
 
 import ipaddress
+import time
 from datetime import UTC
 
 import pytest
@@ -281,3 +282,134 @@ def test_an_internationalised_host_is_sent_as_its_a_labels(dns, receiver):
     response = client.post(destination, body=b"{}", headers={}, timeout=2, max_body=100)
     assert response.status == 200
     assert receiver.requests[-1].headers["host"] == f"xn--bcher-kva.example:{receiver.port}"
+
+
+# --- a streamed POST (webhook agents' answers) --------------------------------------------------
+
+
+@pytest.fixture
+def streamer():
+    from tests.webhook_endpoint import Endpoint
+
+    running = Endpoint(None).start()  # no signature check: these requests are unsigned
+    yield running
+    running.stop()
+
+
+def _streamed(destination, **limits):
+    limits = {"timeout": 5.0, "idle_timeout": 2.0, "max_body": 1 << 20, **limits}
+    return client.post_streamed(destination, body=b"{}", headers={"Content-Type": "application/json"}, **limits)
+
+
+def test_a_streamed_post_goes_to_the_checked_address_with_the_name_as_host(streamer, dns):
+    from tests.webhook_endpoint import Reply
+
+    dns["agent.example.test"] = ["127.0.0.1"]
+    destination = ssrf.check(streamer.url(host="agent.example.test"))
+    dns["agent.example.test"] = ["127.0.0.2"]  # rebinding changes nothing: the checked address is used
+    streamer.answer(Reply(chunks=[(0, b"a\n")]))
+    with _streamed(destination) as answer:
+        assert (answer.status, list(answer.lines(max_line=100))) == (200, [b"a"])
+    (request,) = streamer.seen
+    assert request.headers["host"] == f"agent.example.test:{streamer.port}"
+    assert request.headers["accept-encoding"] == "identity"
+    assert dns.lookups == ["agent.example.test"]
+
+
+def test_a_streamed_post_over_https_verifies_the_certificate_of_the_name(dns, tmp_path, monkeypatch):
+    import ssl
+
+    from tests.receiver import Receiver
+
+    cert, key = _self_signed("secure.example.test", tmp_path)
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    monkeypatch.setattr(client, "_tls", ssl.create_default_context(cafile=cert))
+    receiver = Receiver(tls=server_tls).start()
+    try:
+        dns["secure.example.test"] = ["127.0.0.1"]
+        dns["other.example.test"] = ["127.0.0.1"]
+        receiver.answer(Answer(200, {"Content-Type": "application/x-ndjson"}, b'{"type":"complete"}\n'))
+        with _streamed(ssrf.check(receiver.url(host="secure.example.test"))) as answer:
+            assert list(answer.lines(max_line=100)) == [b'{"type":"complete"}']
+        with pytest.raises(client.TlsFailed, match="certificate|hostname|IP address mismatch"):
+            with _streamed(ssrf.check(receiver.url(host="other.example.test"))):
+                pass
+    finally:
+        receiver.stop()
+
+
+def test_a_streamed_answer_gives_each_line_the_moment_it_arrives(streamer):
+    from tests.webhook_endpoint import Reply
+
+    streamer.answer(Reply(chunks=[(0, b"one\r\ntw"), (0, b"o\n"), (0.5, b"three\n"), (0, b"four")]))
+    arrivals = []
+    with _streamed(ssrf.check(streamer.url())) as answer:
+        for line in answer.lines(max_line=100):
+            arrivals.append((line, time.monotonic()))
+    assert [line for line, _ in arrivals] == [b"one", b"two", b"three", b"four"]  # the last one without its \n
+    assert arrivals[2][1] - arrivals[1][1] >= 0.45  # "two" came before "three" was sent
+
+
+def test_the_caller_s_check_runs_while_nothing_arrives_and_may_end_the_read(streamer):
+    from tests.webhook_endpoint import Reply
+
+    class Stop(Exception):
+        pass
+
+    checks = []
+
+    def check() -> None:
+        checks.append(time.monotonic())
+        if len(checks) == 3:
+            raise Stop
+
+    streamer.answer(Reply(chunks=[(0, b"a\n"), (3, b"b\n")]))
+    started = time.monotonic()
+    with (
+        pytest.raises(Stop),
+        _streamed(ssrf.check(streamer.url()), while_waiting=check, wait_check_every=0.1) as answer,
+    ):
+        list(answer.lines(max_line=100))
+    assert time.monotonic() - started < 1.5
+    assert all(later - earlier >= 0.09 for earlier, later in zip(checks, checks[1:], strict=False))
+
+
+@pytest.mark.parametrize(
+    "chunks, limits, error, message",
+    [
+        ([(0, b"a\n"), (1.0, b"b\n")], {"idle_timeout": 0.3}, client.TimedOut, "nothing arrived for 0.3 s"),
+        ([(0.2, b"a\n")] * 10, {"timeout": 0.7, "idle_timeout": 0.5}, client.TimedOut, "no complete answer within"),
+        ([(0, b"x" * 50 + b"\n")], {}, client.TooLarge, "a line is longer than 40 bytes"),
+        ([(0, b"x" * 30 + b"\n")] * 5, {"max_body": 100}, client.TooLarge, "the answer is longer than 100 bytes"),
+    ],
+    ids=["idle", "total", "a long line", "a long body"],
+)
+def test_a_streamed_answer_is_cut_off_at_its_limits(streamer, chunks, limits, error, message):
+    from tests.webhook_endpoint import Reply
+
+    streamer.answer(Reply(chunks=chunks))
+    with pytest.raises(error, match=message), _streamed(ssrf.check(streamer.url()), **limits) as answer:
+        list(answer.lines(max_line=40))
+
+
+@pytest.mark.parametrize(
+    "raw, error, message",
+    [
+        (b"", client.Dropped, "the connection was closed before an answer"),
+        (b"HELLO\r\n\r\n", client.Broken, "the answer is not valid HTTP"),
+    ],
+)
+def test_a_streamed_post_says_whether_an_answer_had_begun(streamer, raw, error, message):
+    from tests.webhook_endpoint import Reply
+
+    streamer.answer(Reply(raw=raw))
+    with pytest.raises(error, match=message), _streamed(ssrf.check(streamer.url())):
+        pass
+
+
+def test_a_streamed_post_to_a_closed_port_fails_to_connect(streamer):
+    destination = ssrf.check(streamer.url())
+    streamer.stop()
+    with pytest.raises(client.ConnectFailed, match="the connection was refused"), _streamed(destination):
+        pass

@@ -2,7 +2,7 @@
 through the entry point group `agentserver.executors` (plugins.py)."""
 
 from . import plugins
-from .base import REGISTRY, AgentContext, Executor, Misconfigured, register
+from .base import REGISTRY, AgentContext, AgentFailure, Executor, Misconfigured, register
 
 plugins.load_all()
 
@@ -16,4 +16,14 @@ def choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(REGISTRY)]
 
 
-__all__ = ["AgentContext", "Executor", "Misconfigured", "REGISTRY", "register", "executor_for", "choices", "plugins"]
+__all__ = [
+    "AgentContext",
+    "AgentFailure",
+    "Executor",
+    "Misconfigured",
+    "REGISTRY",
+    "register",
+    "executor_for",
+    "choices",
+    "plugins",
+]

@@ -12,7 +12,7 @@ from .. import media, selectors, services
 from .. import parts as P
 from ..domain import MessageView, NewArtifact
 from ..errors import TaskClosed
-from ..lifecycle import SETTLED, TERMINAL, Role, TaskState
+from ..lifecycle import SETTLED, TERMINAL, Failure, Role, TaskState
 
 Content = str | list[P.Part] | None
 
@@ -124,6 +124,8 @@ class AgentContext:
         name: str = "",
         artifact_id: str | None = None,
         append: bool = False,
+        description: str = "",
+        metadata: dict[str, Any] | None = None,
     ) -> None:
         """Complete the task. With `artifact`, first add it (as `artifact()` would, as its
         last chunk) in the same transaction: the answer and the completion become visible
@@ -134,6 +136,8 @@ class AgentContext:
                 artifact_id=artifact_id or str(uuid.uuid4()),
                 parts=P.coerce(artifact),
                 name=name,
+                description=description,
+                metadata=metadata or {},
                 append=append,
                 last_chunk=True,
             )
@@ -156,6 +160,17 @@ class Misconfigured(Exception):
     secret): its task fails with this message as the reason, as a misconfiguration."""
 
 
+class AgentFailure(Exception):
+    """The run cannot go on, for a reason the server records: the task fails as `failure` (a
+    `lifecycle.Failure`) with this message as the reason. For executors whose logic runs
+    elsewhere (a webhook endpoint that cannot be reached, answers 500, or answers what cannot
+    be applied), where an exception's class name alone would not say what happened."""
+
+    def __init__(self, reason: str, *, failure: str = Failure.AGENT_ERROR) -> None:
+        super().__init__(reason)
+        self.failure = failure
+
+
 class Executor:
     """Subclass, set `name`, implement `execute`, and declare it in your distribution's entry
     points (group `agentserver.executors`, `name = module:Class`; see plugins.py)."""
@@ -168,6 +183,12 @@ class Executor:
     # A JSON Schema (2020-12) of the agent's `settings`, checked when an agent is saved in the
     # admin or by create_agent, and shown in the admin's agent form.
     settings_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    @classmethod
+    def settings_problems(cls, values: dict[str, Any]) -> list[str]:
+        """What is wrong with the settings `values` beyond the schema (asked only of settings the schema
+        accepts), one line each: rules that depend on this server's own settings."""
+        return []
 
     def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -183,4 +204,4 @@ def register(cls: type[Executor]) -> type[Executor]:
     return cls
 
 
-__all__ = ["AgentContext", "Executor", "Misconfigured", "REGISTRY", "register", "TaskClosed"]
+__all__ = ["AgentContext", "AgentFailure", "Executor", "Misconfigured", "REGISTRY", "register", "TaskClosed"]

@@ -25,6 +25,7 @@ BUILT_IN = [
     EntryPoint("conformance", "tasks_app.executors.conformance:ConformanceExecutor", GROUP),
     EntryPoint("writer", "tasks_app.executors.writer:WriterExecutor", GROUP),
     EntryPoint("a2a-upstream", "tasks_app.executors.upstream:A2AUpstreamExecutor", GROUP),
+    EntryPoint("webhook", "tasks_app.executors.webhook:WebhookExecutor", GROUP),
 ]
 
 
