@@ -16,6 +16,7 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 RUN_AGENT = "tasks_app.tasks.run_agent"
+FORWARD_CANCEL = "tasks_app.tasks.forward_cancel"
 
 
 def _publish_options() -> dict[str, Any]:
@@ -40,3 +41,13 @@ def enqueue_run(*, task_id: Any, run_token: Any) -> None:
         )
     except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; the sweeper recovers all
         log.warning("could not enqueue task %s (%s); the sweeper will retry", task_id, exc)
+
+
+def enqueue_forward_cancel(*, task_id: Any) -> None:
+    """Tell the task's executor, in a worker, that the task was canceled while none of its runs
+    was active (it waited for input): a fronted agent cancels its upstream task then. Called
+    after commit; best effort, as a run's own cancel is (a lost one is logged)."""
+    try:
+        current_app.tasks[FORWARD_CANCEL].apply_async((str(task_id),), **_publish_options())
+    except Exception as exc:  # noqa: BLE001 - kombu raises many kinds
+        log.warning("could not tell task %s's executor of its cancel (%s)", task_id, exc)

@@ -11,7 +11,9 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import connections
 
-from . import dispatch, services
+from accounts import sealing
+
+from . import dispatch, selectors, services
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
 from .executors import AgentContext, AgentFailure, Misconfigured, executor_for
 from .lifecycle import Failure, Role
@@ -88,6 +90,26 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
             return "closed"
         return fail(Failure.INVALID_RESPONSE, "the agent returned without completing the task or asking for input")
     return "done"
+
+
+def forward_cancel(*, task_id: Any) -> str:
+    """Tell a canceled task's executor, which was not running, of the cancel (the executor's
+    `canceled_while_idle`). Safe twice: cancelling what is canceled already changes nothing."""
+    found = selectors.canceled_task_inputs(task_id)
+    if found is None:
+        return "not canceled"
+    name, agent_settings, sealed, state = found
+    executor = executor_for(name)
+    if executor is None or not state:
+        return "nothing to do"
+    try:
+        outcome = executor.canceled_while_idle(
+            settings=agent_settings or {}, secret=sealing.unseal(sealed), state=state
+        )
+    except Exception as exc:  # noqa: BLE001 - ours is canceled whatever happens elsewhere
+        outcome = f"failed: {type(exc).__name__}: {exc}"
+    log.info("task %s canceled while idle; its executor %s: %s", task_id, name, outcome)
+    return outcome
 
 
 def _discard_connections() -> None:

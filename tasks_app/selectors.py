@@ -224,6 +224,16 @@ def run_inputs(task_id: Any) -> tuple[Task, list[MessageView]] | None:
     return task, _history_for([task.pk], None).get(task.pk, [])
 
 
+def canceled_task_inputs(task_id: Any) -> tuple[str, dict[str, Any], str, dict[str, Any]] | None:
+    """For a canceled task's executor (runner.forward_cancel): its name, the agent's settings,
+    its sealed secret and what the executor kept on the task; None unless canceled."""
+    return (
+        Task.objects.filter(pk=task_id, state=TaskState.CANCELED)
+        .values_list("agent__executor", "agent__settings", "agent__secret_sealed", "executor_state")
+        .first()
+    )
+
+
 def failure_reason(task: Task) -> str:
     """Why the server failed the task, as recorded with its last status change."""
     return StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""

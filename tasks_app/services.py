@@ -345,9 +345,15 @@ def _cancel_locked(task: Task, reason: str) -> Task:
     """Cancel a task whose row the caller holds locked, inside its transaction."""
     if task.state in TERMINAL:
         raise TaskNotCancelable(f"task {task.id} is already {task.state}")
+    # A running executor sees the cancel itself; one that kept state on a task waiting for
+    # input (or for its next run) hears of it in a worker (runner.forward_cancel).
+    idle = task.state in INTERRUPTED or task.state == TaskState.SUBMITTED
     _set_status(task=task, state=TaskState.CANCELED, message=None, at=timezone.now(), reason=reason)
     task.save()
     _after_commit(task)
+    if idle and task.executor_state:
+        task_id = task.pk
+        transaction.on_commit(lambda: dispatch.enqueue_forward_cancel(task_id=task_id))
     return task
 
 

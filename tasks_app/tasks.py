@@ -18,6 +18,11 @@ def run_agent(task_id: str, run_token: str) -> str:
     return runner.run(task_id=task_id, run_token=run_token)
 
 
+@shared_task(name=dispatch.FORWARD_CANCEL, acks_late=True, ignore_result=True)
+def forward_cancel(task_id: str) -> str:
+    return runner.forward_cancel(task_id=task_id)
+
+
 @shared_task(ignore_result=True)
 def sweep_stuck_work() -> dict[str, int]:
     unclaimed, failed = services.sweep_stuck_work(

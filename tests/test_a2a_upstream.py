@@ -41,6 +41,7 @@ from google.protobuf.json_format import ParseDict
 
 from accounts.agent_kinds import settings_problems
 from accounts.services import agent_secret_set
+from tasks_app import runner
 from tasks_app.executors import REGISTRY
 from tasks_app.executors.upstream import card as cards
 from tasks_app.executors.upstream import config
@@ -492,6 +493,27 @@ def test_input_required_then_a_follow_up_continues_the_same_upstream_task(
     (first, first_text), (second, second_text) = any_upstream.seen.executions
     assert first == second and (first_text, second_text) == ("ask", "blue")
     assert [k for k, s in stored_events(done["id"]) if (k, s) == ("status", "input-required")] == ["status"]
+
+
+@in_process
+def test_canceling_our_task_while_it_waits_for_input_cancels_the_upstream_task(rpc, tenant, alice_key, any_upstream):
+    fronted(tenant, any_upstream.base)
+    asked = rpc.send(FRONTED, "ask", key=alice_key).result["task"]
+    assert state(asked) == "INPUT_REQUIRED"
+    canceled = rpc(FRONTED, "CancelTask", {"id": asked["id"]}, key=alice_key).result
+    assert state(canceled) == "CANCELED"
+    # No run was active to see it: a worker told the executor, which told the upstream.
+    assert any_upstream.seen.wait_for_cancel(timeout=5) == [upstream_task_of(asked["id"])]
+
+
+@in_process
+def test_a_canceled_task_whose_executor_kept_nothing_tells_no_upstream(rpc, tenant, alice_key, upstream):
+    fronted(tenant, upstream.base)
+    asked = rpc.send(FRONTED, "ask", key=alice_key).result["task"]
+    StoredTask.objects.filter(pk=asked["id"]).update(executor_state={})
+    rpc(FRONTED, "CancelTask", {"id": asked["id"]}, key=alice_key)
+    assert upstream.seen.wait_for_cancel(timeout=0.5) == []
+    assert runner.forward_cancel(task_id=asked["id"]) == "nothing to do"
 
 
 @in_process

@@ -193,6 +193,12 @@ class Executor:
     def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
+        """The task was canceled while no run of it was active (it waited for input), with
+        `state` as a run left it: pass the cancel on to what works elsewhere (a fronted
+        agent's upstream task). Runs in a worker; returns what happened, for the log."""
+        return "nothing to do"
+
 
 REGISTRY: dict[str, type[Executor]] = {}
 

@@ -5,17 +5,18 @@ canceled so that the cancel is passed upstream."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import time
 import uuid
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ...errors import TaskClosed
 from ...lifecycle import TaskState
 from ..base import AgentContext, Executor, Misconfigured
 from . import config
 from .convert import user_message
-from .session import Ended, Session
+from .session import Ended, Session, cancel_task
 from .translate import Action, Chunk, Failed, Memory, Remember, Reply, Status
 
 # How often the run looks whether our task was canceled while it reads the upstream: one
@@ -59,6 +60,14 @@ class A2AUpstreamExecutor(Executor):
             else:
                 session.stop(cancel_upstream=cancel_upstream)
             session.join(session.cancel_wait)
+
+    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
+        """Our task was canceled while the upstream's waited for input: cancel that one too."""
+        config_ = config.read(settings, secret)
+        memory = Memory.from_state(state, config_.card_url)
+        if not memory.task_id:
+            return "no upstream task"
+        return asyncio.run(cancel_task(config_, memory.task_id))
 
     def _follow(self, ctx: AgentContext, session: Session) -> bool:
         """Perform the session's actions as they come, until it ends (False) or our task is

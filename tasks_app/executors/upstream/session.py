@@ -102,6 +102,34 @@ def _clip(text: str) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "…"
 
 
+async def cancel_task(config: UpstreamConfig, task_id: str) -> str:
+    """Cancel the upstream's task `task_id` outside any run (ours was canceled while it waited
+    for input); what became of it, in words."""
+    try:
+        card = await cards.fetch(config.card_url, timeout=config.timeout, headers=config.auth)
+        chosen = cards.choose(card, config.protocol)
+    except cards.CardProblem as exc:
+        return f"the upstream's card cannot be used: {exc}"
+    async with transport.guarded_client(timeout=config.timeout, max_body=config.max_body, headers=config.auth) as http:
+        factory = ClientFactory(
+            ClientConfig(
+                streaming=False,
+                httpx_client=http,
+                supported_protocol_bindings=[chosen.interface.protocol_binding],
+                use_client_preference=True,
+            )
+        )
+        client = factory.create(chosen.card)
+        try:
+            async with asyncio.timeout(min(config.timeout, CANCEL_TIMEOUT)):
+                task = await client.cancel_task(CancelTaskRequest(id=task_id))
+            return f"the upstream task is {Upstream.Name(task.status.state)}"
+        except Exception as exc:  # noqa: BLE001 - ours is canceled whatever the upstream answers
+            return f"the upstream did not cancel its task: {type(exc).__name__}: {_clip(str(exc))}"
+        finally:
+            await client.close()
+
+
 class Session:
     def __init__(
         self,
