@@ -19,11 +19,12 @@ from accounts.admin import AgentForm
 from accounts.models import Agent
 from accounts.selectors import Principal
 from accounts.services import AccountError, agent_secret_generate, agent_secret_set
-from tasks_app import runner, services
+from tasks_app import dispatch, runner, services
 from tasks_app.domain import NewMessage
 from tasks_app.errors import TaskClosed
 from tasks_app.executors import REGISTRY, Executor, Misconfigured
 from tasks_app.lifecycle import TaskState
+from tasks_app.models import Task
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
@@ -258,3 +259,42 @@ def test_a_closed_task_s_state_is_not_written(run):
 
     task, _ = run(cancelled_midway)
     assert kept and task.state == TaskState.CANCELED and task.executor_state == {}
+
+
+@pytest.mark.parametrize(
+    "state, kept, told",
+    [
+        (TaskState.INPUT_REQUIRED, {"upstream": "t-1"}, True),
+        (TaskState.SUBMITTED, {"upstream": "t-1"}, True),
+        (TaskState.WORKING, {"upstream": "t-1"}, False),  # its run sees the cancel itself
+        (TaskState.INPUT_REQUIRED, {}, False),
+    ],
+)
+def test_a_cancel_reaches_an_idle_executor_that_kept_state_in_a_worker(
+    run, monkeypatch, django_capture_on_commit_callbacks, state, kept, told
+):
+    task, _ = run(lambda ctx: ctx.require_input("more?"))
+    Task.objects.filter(pk=task.pk).update(state=state, executor_state=kept)
+    sent = []
+    monkeypatch.setattr(dispatch, "enqueue_forward_cancel", lambda **kw: sent.append(kw["task_id"]))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.task_cancel(task_id=str(task.pk), principal=Principal("alice", api_key_id=1), agent=run.agent)
+    assert sent == ([task.pk] if told else [])
+
+
+def test_an_idle_executor_hears_of_the_cancel_with_its_settings_secret_and_state(run):
+    heard = []
+
+    class Hears(REGISTRY[run.agent.executor]):
+        def canceled_while_idle(self, *, settings, secret, state):
+            heard.append((settings, secret, state))
+            return "told"
+
+    REGISTRY[run.agent.executor] = Hears
+    agent_secret_set(agent=run.agent, secret="tok-123")
+    task, _ = run(lambda ctx: ctx.require_input("more?"))
+    Task.objects.filter(pk=task.pk).update(executor_state={"upstream": "t-1"})
+    assert runner.forward_cancel(task_id=task.pk) == "not canceled"
+    services.task_cancel(task_id=str(task.pk), principal=Principal("alice", api_key_id=1), agent=run.agent)
+    assert runner.forward_cancel(task_id=task.pk) == "told"
+    assert heard[-1] == (run.agent.settings, "tok-123", {"upstream": "t-1"})
