@@ -7,6 +7,8 @@ actions), line by line, under a total deadline and an idle timeout."""
 from __future__ import annotations
 
 import ipaddress
+import math
+import random
 import socket
 import ssl
 import threading
@@ -115,6 +117,25 @@ def _send(
                 response.close()
     except httpx.HTTPError as exc:
         raise SendError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, elapsed()) from None
+
+
+def backoff(
+    failures: int,
+    *,
+    base: float,
+    cap: float = math.inf,
+    retry_after: float | None = None,
+    retry_after_max: float = 0.0,
+    rand: float | None = None,
+) -> float:
+    """Seconds to wait after `failures` failed attempts: exponential from `base`, at most `cap`,
+    with jitter (so receivers coming back up are not hit by every sender at once), and at
+    least what the other side asked for in Retry-After, within `retry_after_max`."""
+    delay = min(cap, base * 2 ** max(0, failures - 1))
+    delay *= 0.5 + (random.random() if rand is None else rand) / 2
+    if retry_after is not None:
+        delay = max(delay, min(retry_after, retry_after_max))
+    return delay
 
 
 def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:

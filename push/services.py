@@ -7,7 +7,6 @@ both happen outside any transaction (see push/delivery.py for the loop that call
 
 from __future__ import annotations
 
-import random
 import re
 import uuid
 from collections.abc import Iterable
@@ -23,7 +22,7 @@ from django.utils import timezone
 from accounts.models import Agent
 from accounts.sealing import seal
 from accounts.selectors import Principal
-from outbound import ssrf
+from outbound import client, ssrf
 from tasks_app.errors import InvalidParams
 from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark
@@ -206,11 +205,14 @@ def retry_delay(failures: int, retry_after: float | None = None, *, rand: float 
     """Seconds before the next attempt after `failures` failed ones: exponential backoff with
     jitter (so receivers coming back up are not hit by every sender at once), and at least
     what the receiver asked for in Retry-After, within PUSH_RETRY_AFTER_MAX."""
-    backoff = min(settings.PUSH_BACKOFF_CAP, settings.PUSH_BACKOFF_BASE * 2 ** max(0, failures - 1))
-    delay = backoff * (0.5 + (random.random() if rand is None else rand) / 2)
-    if retry_after is not None:
-        delay = max(delay, min(retry_after, settings.PUSH_RETRY_AFTER_MAX))
-    return delay
+    return client.backoff(
+        failures,
+        base=settings.PUSH_BACKOFF_BASE,
+        cap=settings.PUSH_BACKOFF_CAP,
+        retry_after=retry_after,
+        retry_after_max=settings.PUSH_RETRY_AFTER_MAX,
+        rand=rand,
+    )
 
 
 @dataclass(frozen=True)

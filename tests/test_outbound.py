@@ -413,3 +413,10 @@ def test_a_streamed_post_to_a_closed_port_fails_to_connect(streamer):
     streamer.stop()
     with pytest.raises(client.ConnectFailed, match="the connection was refused"), _streamed(destination):
         pass
+
+
+def test_backoff_doubles_from_its_base_to_its_cap_with_jitter_and_honours_retry_after_within_its_limit():
+    assert [client.backoff(n, base=1.0, cap=5.0, rand=1.0) for n in (1, 2, 3, 4)] == [1.0, 2.0, 4.0, 5.0]
+    assert client.backoff(3, base=1.0, rand=0.0) == 2.0  # the jitter halves at most
+    assert client.backoff(1, base=1.0, rand=1.0, retry_after=30, retry_after_max=10) == 10
+    assert client.backoff(1, base=1.0, rand=1.0, retry_after=0.5, retry_after_max=10) == 1.0

@@ -21,7 +21,6 @@ import binascii
 import hashlib
 import hmac
 import logging
-import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ import orjson
 from django.conf import settings
 from jsonschema import Draft202012Validator
 
+from accounts.services import SECRET_PREFIX
 from outbound import client, ssrf
 
 from .. import parts as P
@@ -47,7 +47,6 @@ REQUEST_TYPE = "agentserver.run.v1"
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
 USER_AGENT = "agentserver-webhook/1"
-SECRET_PREFIX = "whsec_"
 # Answers that say "not now" rather than "no": tried again, like a connection that failed.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 EXCERPT_BYTES = 200  # of an error answer's body, kept in the reason
@@ -522,10 +521,12 @@ class _Run:
                 self.check_cancelled()
 
     def backoff(self, attempt: int, retry_after: float | None) -> float:
-        wait = settings.WEBHOOK_RETRY_BACKOFF * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
-        if retry_after is not None:
-            wait = max(wait, min(retry_after, settings.WEBHOOK_RETRY_AFTER_MAX))
-        return wait
+        return client.backoff(
+            attempt,
+            base=settings.WEBHOOK_RETRY_BACKOFF,
+            retry_after=retry_after,
+            retry_after_max=settings.WEBHOOK_RETRY_AFTER_MAX,
+        )
 
     def check_cancelled(self) -> None:
         if self.ctx.cancelled:
