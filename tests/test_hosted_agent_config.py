@@ -159,6 +159,13 @@ def test_a_tenant_edits_every_part_of_its_card(client, tenant):
     assert card["provider"] == {"organization": "Acme Labs", "url": "https://acme.example"}
 
 
+def test_a_skill_stored_before_the_checks_that_is_not_an_object_is_left_off_the_card(client, tenant):
+    agent = make_agent(tenant, "card", "echo")
+    Agent.objects.filter(pk=agent.pk).update(skills=["just text", {"id": "kept", "name": "Kept"}])
+    response = client.get("/agents/acme/card/.well-known/agent-card.json")
+    assert response.status_code == 200 and [s["id"] for s in response.json()["skills"]] == ["kept"]
+
+
 def test_create_agent_sets_the_card_s_content_and_refuses_a_bad_one_saying_where(tenant):
     skills = json.dumps([{"id": "s1", "name": "One", "tags": ["a"]}])
     call_command(
