@@ -114,7 +114,3 @@ def extended_agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         else:
             card[key] = value
     return card
-
-
-def required_extensions(agent: Agent) -> list[str]:
-    return [e["uri"] for e in agent.extensions if e.get("required") and e.get("uri")]

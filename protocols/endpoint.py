@@ -17,7 +17,6 @@ passes every check answers with a `Streamed` event stream, which the transport s
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from django.conf import settings
 
@@ -28,14 +27,12 @@ from tasks_app.errors import (
     STORE_ERRORS,
     STORE_RETRY_AFTER,
     DomainError,
-    ExtensionSupportRequired,
     TooManyActiveTasks,
 )
 
-from . import auth, dialects, jsonrpc, throttle
+from . import auth, dialects, extensions, jsonrpc, throttle
 from .bindings import AgentRequest, Binding, Fault, Incoming, Reply, Streamed
 from .bindings.base import INTERNAL
-from .cards import required_extensions
 from .exchange import Call, EventStream
 
 log = logging.getLogger(__name__)
@@ -89,12 +86,6 @@ def _refused(refusal: auth.Refusal) -> Fault:
     return Fault(refusal.status, jsonrpc.INVALID_REQUEST, refusal.message, reason, dict(refusal.headers))
 
 
-def _activated_extensions(headers: Mapping[str, str], agent: Agent) -> list[str]:
-    """The extensions the client asked for (A2A-Extensions) that this agent supports."""
-    requested = {u.strip() for u in headers.get("a2a-extensions", "").split(",") if u.strip()}
-    return [e["uri"] for e in agent.extensions if e.get("uri") in requested]
-
-
 async def handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
     try:
         return await _handle(binding, request)
@@ -140,8 +131,8 @@ async def _handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
 async def _call(
     binding: Binding, request: AgentRequest, incoming: Incoming, agent: Agent, principal: Principal
 ) -> Reply | Streamed:
-    activated = _activated_extensions(request.headers, agent)
-    extra = {"A2A-Extensions": ", ".join(activated)} if activated else {}
+    activation = extensions.activate(request.headers, agent)
+    extra = activation.echo()
     dialect = None
     try:
         version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
@@ -150,17 +141,13 @@ async def _call(
             message = f"method {storable.brief(incoming.method)} not found"
             fault = Fault(200, jsonrpc.METHOD_NOT_FOUND, message, "METHOD_NOT_FOUND")
             return binding.fault(incoming.id, fault, request)
-        missing = [uri for uri in required_extensions(agent) if uri not in activated]
-        if missing:
-            raise ExtensionSupportRequired(
-                f"this agent requires the extension(s) {', '.join(missing)}; activate them with the "
-                "A2A-Extensions header"
-            )
+        extensions.check_required(agent, activation)
         context = Call(
             agent=agent,
             principal=principal,
             base_url=request.base_url,
             last_event_id=request.headers.get("last-event-id"),
+            extensions=activation.uris,
         )
         value = await dialect.methods[incoming.method](context, incoming.params)
         if isinstance(value, EventStream):

@@ -41,6 +41,7 @@ class Call:
     principal: Principal
     base_url: str = ""
     last_event_id: str | None = None  # the SSE Last-Event-ID header, for a resubscription
+    extensions: tuple[str, ...] = ()  # the URIs the request activated (protocols.extensions)
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,23 @@ def _watch_id(message: NewMessage) -> str:
     return str(known or message.task_id or uuid.uuid4())
 
 
+def _filed_under(uri: str, key: str) -> bool:
+    """Whether a metadata key belongs to an extension: the extension's URI, or a key below it
+    (`https://example.com/ext/konami-code/v1/code`), with or without the URI's scheme (the
+    timestamp extension writes `github.com/…/timestamp/v1/timestamp`)."""
+    bare = uri.split("://", 1)[-1]
+    return any(key == root or key.startswith(root + "/") for root in (uri, bare))
+
+
+def activation(call: Call, sent: Send) -> list[dict[str, Any]]:
+    """What the request activated, as the message keeps it for the agent's run: each URI with
+    the metadata entries of the request and of the message filed under it (the message's win)."""
+    merged = {**sent.metadata, **sent.message.metadata}
+    return [
+        {"uri": uri, "metadata": {k: v for k, v in merged.items() if _filed_under(uri, k)}} for uri in call.extensions
+    ]
+
+
 def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
     """Store the message (and an inline push config) and queue the agent."""
     message, push = sent.message, sent.push
@@ -145,6 +163,7 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
             accepted_output_modes=sent.accepted,
             metadata=sent.metadata,
             new_task_id=None if message.task_id else uuid.UUID(task_id),
+            activated_extensions=activation(call, sent),
         )
         if push and not message.task_id:
             push_services.config_create(

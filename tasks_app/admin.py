@@ -43,8 +43,20 @@ def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: 
                 caption="Not loaded",
             )
         )
+    tables.append(
+        admin_detail.Table(
+            headers=["extension", "from", "class"],
+            rows=[[item.name, item.source, item.target] for item in plugins.EXTENSIONS_LOADED]
+            + [
+                [item.name, item.source, f"{item.target} (not loaded: {item.error})"]
+                for item in plugins.EXTENSIONS_BROKEN
+            ],
+            caption="Server extensions",
+        )
+    )
     return admin_detail.Section(
         title="Executors",
         tables=tables,
-        note=f"Installed distributions add executors through the entry point group {plugins.GROUP!r}.",
+        note=f"Installed distributions add executors through the entry point group {plugins.GROUP!r}, "
+        f"and extensions the server applies for agents that declare them through {plugins.EXTENSION_GROUP!r}.",
     )

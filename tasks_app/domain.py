@@ -143,3 +143,7 @@ class RunInputs:
     # The agent's secret, unsealed; None when no configured key opens it.
     agent_secret: str | None = ""
     executor_state: dict[str, Any] = field(default_factory=dict)
+    # The extensions the agent's card declares ({"uri", "description", "required", "params"})
+    # and those the latest client message's request activated ({"uri", "metadata"}).
+    agent_extensions: list[dict[str, Any]] = field(default_factory=list)
+    activated_extensions: list[dict[str, Any]] = field(default_factory=list)

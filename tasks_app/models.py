@@ -137,6 +137,10 @@ class Message(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     extensions = models.JSONField(default=list, blank=True)
     reference_task_ids = models.JSONField(default=list, blank=True)
+    # The extensions the client's request activated for this message (A2A-Extensions), each
+    # {"uri", "metadata"}: the metadata entries of the request and of the message filed under
+    # that URI. What the agent's run sees as ctx.extensions; never shown to clients.
+    activated_extensions = models.JSONField(default=list, blank=True, db_default=[])
     # AIP: leader messages carry a command (start, continue, cancel, complete, get) and parameters.
     command = models.CharField(max_length=32, blank=True, default="")
     command_params = models.JSONField(null=True, blank=True)

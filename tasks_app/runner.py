@@ -59,6 +59,8 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
         run_token=inputs.run_token,
         agent_secret=inputs.agent_secret,
         state=dict(inputs.executor_state),
+        declared_extensions=inputs.agent_extensions,
+        activated_extensions=inputs.activated_extensions,
     )
     try:
         executor.execute(ctx)

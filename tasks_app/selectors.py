@@ -216,12 +216,19 @@ def task_list(
     return views, next_token, total
 
 
-def run_inputs(task_id: Any) -> tuple[Task, list[MessageView]] | None:
-    """What an executor is given: the task row (with its agent) and its whole history."""
+def run_inputs(task_id: Any) -> tuple[Task, list[MessageView], list[dict[str, Any]]] | None:
+    """What an executor is given: the task row (with its agent), its whole history, and the
+    extensions the latest client message's request activated."""
     task = Task.objects.select_related("agent").filter(pk=task_id).first()
     if task is None:
         return None
-    return task, _history_for([task.pk], None).get(task.pk, [])
+    activated = (
+        Message.objects.filter(task_id=task.pk, role=Role.USER)
+        .order_by("-id")
+        .values_list("activated_extensions", flat=True)
+        .first()
+    )
+    return task, _history_for([task.pk], None).get(task.pk, []), activated or []
 
 
 def canceled_task_inputs(task_id: Any) -> tuple[str, dict[str, Any], str, dict[str, Any]] | None:

@@ -94,7 +94,9 @@ def _enqueue_run(task: Task) -> None:
     transaction.on_commit(lambda: dispatch.enqueue_run(task_id=task_id, run_token=token))
 
 
-def _message_fields(message: NewMessage, context_id: str) -> dict[str, Any]:
+def _message_fields(
+    message: NewMessage, context_id: str, activated_extensions: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     return {
         "message_id": message.message_id,
         "context_id": context_id,
@@ -105,11 +107,14 @@ def _message_fields(message: NewMessage, context_id: str) -> dict[str, Any]:
         "reference_task_ids": message.reference_task_ids,
         "command": message.command,
         "command_params": message.command_params,
+        "activated_extensions": activated_extensions or [],
     }
 
 
-def _message_store(*, task: Task, message: NewMessage, context_id: str) -> Message:
-    return Message.objects.create(task=task, **_message_fields(message, context_id))
+def _message_store(
+    *, task: Task, message: NewMessage, context_id: str, activated_extensions: list[dict[str, Any]] | None = None
+) -> Message:
+    return Message.objects.create(task=task, **_message_fields(message, context_id, activated_extensions))
 
 
 def _set_status(*, task: Task, state: str, message: Message | None, at: datetime, reason: str = "") -> None:
@@ -178,6 +183,7 @@ def message_receive(
     accepted_output_modes: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
     new_task_id: uuid.UUID | None = None,
+    activated_extensions: list[dict[str, Any]] | None = None,
 ) -> tuple[Task, Message]:
     """A client's message: start a task, or continue an interrupted one, and queue the agent.
 
@@ -185,6 +191,8 @@ def message_receive(
     a message without a context gets a new one; a follow-up naming only the task takes the
     task's context; a context that contradicts the task is refused; terminal tasks are closed.
     `new_task_id` lets a caller that must watch the task before it exists choose its id.
+    `activated_extensions` (what the request's A2A-Extensions activated, see
+    `protocols.extensions`) is kept on the message for the agent's run.
     A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
     StorageQuotaExceeded (docs/limits.md); nothing of the message is stored then.
     """
@@ -206,6 +214,7 @@ def message_receive(
                 now=now,
                 accepted_output_modes=accepted_output_modes,
                 caps=caps,
+                activated_extensions=activated_extensions,
             )
             _after_commit(task)
             _enqueue_run(task)
@@ -231,14 +240,16 @@ def message_receive(
     payload = _status_payload(TaskState.SUBMITTED, None, now)
     if sql.available():
         # One statement, so one transaction of its own (or part of the caller's).
-        stored = _task_insert_in_one_statement(task, message, payload, now, caps)
+        stored = _task_insert_in_one_statement(task, message, payload, now, caps, activated_extensions)
         _after_commit(task, created=True)
         _enqueue_run(task)
         return task, stored
     with transaction.atomic():
         _room_check(tenant_id=agent.tenant_id, caps=caps)
         task.save(force_insert=True)
-        stored = _message_store(task=task, message=message, context_id=task.context_id)
+        stored = _message_store(
+            task=task, message=message, context_id=task.context_id, activated_extensions=activated_extensions
+        )
         StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
         TaskEvent.objects.create(task=task, seq=1, kind=EventKind.STATUS, payload=payload)
         _after_commit(task, created=True)
@@ -254,6 +265,7 @@ def _follow_up_receive(
     now: datetime,
     accepted_output_modes: list[str] | None,
     caps: _Caps,
+    activated_extensions: list[dict[str, Any]] | None,
 ) -> tuple[Task, Message]:
     task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
     if message.context_id and message.context_id != task.context_id:
@@ -266,7 +278,9 @@ def _follow_up_receive(
         raise UnsupportedOperation(f"task {task.id} is {task.state}; send a follow-up once it asks for input")
     # The follow-up makes the task active again: it counts against the cap like a new task.
     _room_check(tenant_id=task.tenant_id, caps=caps)
-    stored = _message_store(task=task, message=message, context_id=task.context_id)
+    stored = _message_store(
+        task=task, message=message, context_id=task.context_id, activated_extensions=activated_extensions
+    )
     task.message_count += 1
     task.accepted_output_modes = accepted_output_modes or []
     _run_request(task, now)
@@ -276,9 +290,14 @@ def _follow_up_receive(
 
 
 def _task_insert_in_one_statement(
-    task: Task, message: NewMessage, payload: dict[str, Any], now: datetime, caps: _Caps
+    task: Task,
+    message: NewMessage,
+    payload: dict[str, Any],
+    now: datetime,
+    caps: _Caps,
+    activated_extensions: list[dict[str, Any]] | None,
 ) -> Message:
-    stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id))
+    stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id, activated_extensions))
     status = StatusChange(task=task, state=task.state, message=None, reason="", timestamp=now)
     event = TaskEvent(task=task, seq=1, kind=EventKind.STATUS, payload=payload, created_at=now)
     params = sql.new_task_params(task, stored, status, event, max_active=caps.max_active, max_stored=caps.max_stored)
@@ -385,7 +404,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         )
         if not rows:
             return None
-        pk, context_id, accepted, token, executor, agent_settings, history, sealed, state = rows[0]
+        pk, context_id, accepted, token, executor, agent_settings, history, sealed, state, declared, activated = rows[0]
         return RunInputs(
             task_id=str(pk),
             context_id=context_id,
@@ -396,13 +415,15 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
             history=sql.messages_from_json(history),
             agent_secret=_unsealed(sealed, task_id=pk),
             executor_state=sql.loads(state) or {},
+            agent_extensions=sql.loads(declared) or [],
+            activated_extensions=sql.loads(activated) or [],
         )
     if not run_claim(task_id=task_id, run_token=run_token):
         return None
     loaded = run_inputs(task_id)
     if loaded is None:
         return None
-    task, history = loaded
+    task, history, activated = loaded
     return RunInputs(
         task_id=str(task.pk),
         context_id=task.context_id,
@@ -413,6 +434,8 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         history=history,
         agent_secret=_unsealed(task.agent.secret_sealed, task_id=task.pk),
         executor_state=task.executor_state or {},
+        agent_extensions=task.agent.extensions or [],
+        activated_extensions=activated,
     )
 
 
@@ -493,10 +516,14 @@ def task_transition(
     failure: str = Failure.NONE,
     run_token: Any = None,
     artifact: NewArtifact | None = None,
+    message_metadata: dict[str, Any] | None = None,
 ) -> None:
-    """Move a task to `state`, with an optional agent message as the status message; with
-    `artifact`, record that artifact first, in the same transaction (two events)."""
+    """Move a task to `state`, with an optional agent message (`parts`, `message_metadata`) as
+    the status message; with `artifact`, record that artifact first, in the same transaction
+    (two events)."""
     now = timezone.now()
+    message_metadata = message_metadata or {}
+    storable.check(message_metadata, where="metadata")
     message = None
     if parts:
         message = MessageView(
@@ -505,7 +532,7 @@ def task_transition(
             parts=parts,
             context_id="",
             task_id=str(parse_task_id(task_id) or task_id),
-            metadata={},
+            metadata=message_metadata,
             extensions=[],
             reference_task_ids=[],
         ).as_payload()
@@ -519,7 +546,10 @@ def task_transition(
     }
     if message:
         params.update(
-            message_id=message["message_id"], role=Role.AGENT, parts=sql.dumps(parts), message_metadata=sql.dumps({})
+            message_id=message["message_id"],
+            role=Role.AGENT,
+            parts=sql.dumps(parts),
+            message_metadata=sql.dumps(message_metadata),
         )
     if artifact is not None:
         params.update(_artifact_params(artifact))
@@ -540,7 +570,7 @@ def task_transition(
             raise InvalidTransition(f"{task.state} -> {state} is not allowed")
         if artifact is not None:
             _artifact_store(task, artifact)
-        stored = _agent_message(task, parts) if parts else None
+        stored = _agent_message(task, parts, message_metadata) if parts else None
         _set_status(task=task, state=state, message=stored, at=now, reason=reason)
         task.failure = failure
         fields = ["state", "status_message", "status_timestamp", "last_seq", "failure", "updated_at"]

@@ -243,6 +243,7 @@ _AGENT_MESSAGE_INSERT = _every_column(
         "metadata": "%(message_metadata)s::jsonb",
         "extensions": "'[]'",
         "reference_task_ids": "'[]'",
+        "activated_extensions": "'[]'",
         "command": "''",
         "command_params": "NULL",
         "created_at": "%(now)s",
@@ -396,7 +397,9 @@ WITH claimed AS (
 )
 SELECT claimed.id, claimed.context_id, claimed.accepted_output_modes, claimed.run_token,
        agent.executor, agent.settings, {_HISTORY.format(task="claimed")},
-       agent.secret_sealed, claimed.executor_state
+       agent.secret_sealed, claimed.executor_state, agent.extensions,
+       (SELECT um.activated_extensions FROM {M} um WHERE um.task_id = claimed.id AND um.role = 'user'
+        ORDER BY um.id DESC LIMIT 1)
 FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
 """
 

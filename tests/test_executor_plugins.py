@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from tasks_app.executors import REGISTRY, plugins
+from tasks_app.executors.extensions import EXTENSIONS
 from tests.conftest import ROOT, make_agent
 
 ACME = """
 from tasks_app.executors import AgentContext, Executor
+from tasks_app.executors.extensions import ServerExtension
 
 
 class Shouter(Executor):
@@ -36,25 +38,47 @@ class FakeEcho(Executor):
         ctx.complete(artifact="not the real echo")
 
 
+class Sparkle(ServerExtension):
+    uri = "https://acme.example/ext/sparkle/v1"
+
+    def artifact_metadata(self, metadata, use):
+        return {**metadata, "sparkle": use.params.get("level", 1)}
+
+
 def helper():
     return None
 """
 
 
-def distribution(site: Path, name: str, module: str, source: str, entry_points: dict[str, str]) -> None:
+def distribution(
+    site: Path,
+    name: str,
+    module: str,
+    source: str,
+    entry_points: dict[str, str],
+    extensions: dict[str, str] | None = None,
+) -> None:
     (site / module).mkdir()
     (site / module / "__init__.py").write_text(textwrap.dedent(source))
     info = site / f"{name.replace('-', '_')}-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
     lines = "".join(f"{key} = {value}\n" for key, value in entry_points.items())
-    (info / "entry_points.txt").write_text(f"[{plugins.GROUP}]\n{lines}")
+    more = "".join(f"{key} = {value}\n" for key, value in (extensions or {}).items())
+    (info / "entry_points.txt").write_text(f"[{plugins.GROUP}]\n{lines}[{plugins.EXTENSION_GROUP}]\n{more}")
 
 
 @pytest.fixture
 def site(tmp_path: Path) -> Path:
     """Three installed distributions: one good, one whose import fails, one with mistakes."""
-    distribution(tmp_path, "acme-agents", "acme_agents", ACME, {"shouter": "acme_agents:Shouter"})
+    distribution(
+        tmp_path,
+        "acme-agents",
+        "acme_agents",
+        ACME,
+        {"shouter": "acme_agents:Shouter"},
+        {"sparkle": "acme_agents:Sparkle", "not-one": "acme_agents:helper"},
+    )
     distribution(
         tmp_path,
         "broken-agents",
@@ -79,6 +103,7 @@ def installed(site: Path, monkeypatch):
     import importlib
 
     registry, loaded, broken = dict(REGISTRY), list(plugins.LOADED), list(plugins.BROKEN)
+    extensions = dict(EXTENSIONS), list(plugins.EXTENSIONS_LOADED), list(plugins.EXTENSIONS_BROKEN)
     monkeypatch.syspath_prepend(str(site))
     importlib.invalidate_caches()
     plugins.load_all()
@@ -86,6 +111,9 @@ def installed(site: Path, monkeypatch):
     REGISTRY.clear()
     REGISTRY.update(registry)
     plugins.LOADED[:], plugins.BROKEN[:] = loaded, broken
+    EXTENSIONS.clear()
+    EXTENSIONS.update(extensions[0])
+    plugins.EXTENSIONS_LOADED[:], plugins.EXTENSIONS_BROKEN[:] = extensions[1], extensions[2]
     for module in ("acme_agents", "broken_agents", "sloppy_agents"):
         sys.modules.pop(module, None)
 
@@ -124,11 +152,28 @@ def test_an_agent_runs_on_an_installed_executor(installed, rpc, tenant, alice_ke
     assert task["artifacts"][0]["parts"] == [{"text": "QUIET PLEASE"}]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_installed_server_extension_works_for_agents_that_declare_it(installed, rpc, tenant, alice_key):
+    uri = "https://acme.example/ext/sparkle/v1"
+    assert EXTENSIONS[uri].__module__ == "acme_agents"
+    assert (
+        "not a subclass of tasks_app.executors.extensions.ServerExtension"
+        in {item.name: item.error for item in plugins.EXTENSIONS_BROKEN}["not-one"]
+    )
+    agent = make_agent(tenant, "sparkly", "echo", extensions=[{"uri": uri, "params": {"level": 3}}])
+    params = {"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}}
+    task = rpc(agent.path, "SendMessage", params, key=alice_key, headers={"A2A-Extensions": uri}).result["task"]
+    assert task["artifacts"][0]["metadata"] == {"sparkle": 3}
+    plain = rpc(agent.path, "SendMessage", {"message": {**params["message"], "messageId": "m2"}}, key=alice_key)
+    assert "metadata" not in plain.result["task"]["artifacts"][0]
+
+
 @pytest.mark.django_db
 def test_the_admin_overview_lists_the_executors_and_why_a_plugin_was_not_loaded(installed, admin_client):
     page = admin_client.get("/admin/tasks_app/task/overview/").content.decode()
     assert "Executors" in page and "acme-agents 1.0" in page and "acme_agents:Shouter" in page
     assert "Not loaded" in page and "ImportError: needs libfrobnicate" in page
+    assert "Server extensions" in page and "acme_agents:Sparkle" in page and "tasks_app.executors.timestamp" in page
 
 
 def test_a_starting_process_loads_installed_plugins_and_logs_the_broken_ones(site):

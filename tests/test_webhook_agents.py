@@ -194,16 +194,19 @@ def hook(tenant, secret, endpoint):
 
 
 def send(agent, text: str = "hello", *, task_id: Any = None, extensions: list[str] | None = None) -> tuple[Task, str]:
-    """A client's message, then the run it asks for (in this thread): the task after it, and
-    what the runner said."""
+    """A client's message (activating `extensions`, which the agent then declares), then the
+    run it asks for (in this thread): the task after it, and what the runner said."""
     message = NewMessage(
         message_id=str(uuid.uuid4()),
         role="user",
         parts=[{"type": "text", "text": text}],
         task_id=str(task_id) if task_id else None,
-        extensions=extensions or [],
     )
-    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message)
+    if extensions:
+        agent.extensions = [{"uri": uri} for uri in extensions]
+        agent.save()
+    activated = [{"uri": uri, "metadata": {}} for uri in extensions or []]
+    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, activated_extensions=activated)
     outcome = runner.run(task_id=task.pk, run_token=str(task.run_token))
     task.refresh_from_db()
     return task, outcome

@@ -13,6 +13,7 @@ from .. import parts as P
 from ..domain import MessageView, NewArtifact
 from ..errors import TaskClosed
 from ..lifecycle import SETTLED, TERMINAL, Failure, Role, TaskState
+from .extensions import EXTENSIONS, ExtensionUse, ServerExtension, uses
 
 Content = str | list[P.Part] | None
 
@@ -32,6 +33,10 @@ class AgentContext:
     agent_secret: str | None = ""
     # What this executor kept on this task at an earlier run; change it, then `save_state()`.
     state: dict[str, Any] = field(default_factory=dict)
+    # The extensions the agent's card declares, and those the request being answered activated
+    # (as the client's message keeps them): read them through `extensions` and `extension()`.
+    declared_extensions: list[dict[str, Any]] = field(default_factory=list)
+    activated_extensions: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def secret(self) -> str:
@@ -43,8 +48,33 @@ class AgentContext:
 
     @property
     def extensions(self) -> list[str]:
-        """The extensions (URIs) the incoming message names."""
-        return list(self.message.extensions or [])
+        """The URIs of the extensions the client activated on the request being answered (its
+        A2A-Extensions header), among those the agent's card declares."""
+        return [use.uri for use in self._uses()]
+
+    def extension(self, uri: str) -> ExtensionUse | None:
+        """The extension `uri` if the client activated it: its params as the card declares
+        them, and the request's metadata filed under its URI. None if it is not active."""
+        return next((use for use in self._uses() if use.uri == uri), None)
+
+    def _uses(self) -> list[ExtensionUse]:
+        return uses(self.declared_extensions, self.activated_extensions)
+
+    def _server_extensions(self) -> list[tuple[ServerExtension, ExtensionUse]]:
+        """The active extensions the server implements, in the card's order."""
+        return [(EXTENSIONS[use.uri](), use) for use in self._uses() if use.uri in EXTENSIONS]
+
+    def _message_metadata(self, metadata: dict[str, Any] | None) -> dict[str, Any]:
+        found = dict(metadata or {})
+        for extension, use in self._server_extensions():
+            found = extension.message_metadata(found, use)
+        return found
+
+    def _artifact_metadata(self, metadata: dict[str, Any] | None) -> dict[str, Any]:
+        found = dict(metadata or {})
+        for extension, use in self._server_extensions():
+            found = extension.artifact_metadata(found, use)
+        return found
 
     def save_state(self) -> None:
         """Keep `state` for this task's next run (a later message, a rerun)."""
@@ -73,13 +103,15 @@ class AgentContext:
         return state is None or state in TERMINAL
 
     def _move(self, state: str, content: Content, reason: str = "", artifact: NewArtifact | None = None) -> None:
+        parts = P.coerce(content)
         services.task_transition(
             task_id=self.task_id,
             state=state,
-            parts=P.coerce(content),
+            parts=parts,
             reason=reason,
             run_token=self.run_token,
             artifact=artifact,
+            message_metadata=self._message_metadata(None) if parts else None,
         )
         self.settled = state in SETTLED
 
@@ -104,7 +136,7 @@ class AgentContext:
             artifact_id=artifact_id,
             name=name,
             description=description,
-            metadata=metadata,
+            metadata=self._artifact_metadata(metadata),
             append=append,
             last_chunk=last_chunk,
             run_token=self.run_token,
@@ -137,7 +169,7 @@ class AgentContext:
                 parts=P.coerce(artifact),
                 name=name,
                 description=description,
-                metadata=metadata or {},
+                metadata=self._artifact_metadata(metadata),
                 append=append,
                 last_chunk=True,
             )
@@ -151,7 +183,12 @@ class AgentContext:
 
     def reply(self, message: Content, *, metadata: dict[str, Any] | None = None) -> None:
         """Answer with a bare Message instead of a task (A2A's message-only agents)."""
-        services.task_reply(task_id=self.task_id, parts=P.coerce(message), run_token=self.run_token, metadata=metadata)
+        services.task_reply(
+            task_id=self.task_id,
+            parts=P.coerce(message),
+            run_token=self.run_token,
+            metadata=self._message_metadata(metadata),
+        )
         self.settled = True
 
 

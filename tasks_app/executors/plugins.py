@@ -1,7 +1,9 @@
 """Executors come from entry points: each installed distribution may name its executors in the
 group `agentserver.executors` (`echo = tasks_app.executors.echo:EchoExecutor`), so
-`pip install acme-agents` adds agents without editing this project. The built-in executors are
-declared the same way (BUILT_IN) and loaded by the same code.
+`pip install acme-agents` adds agents without editing this project. Extensions the server
+implements for its agents (extensions.py) come the same way, from the group
+`agentserver.extensions`. The built-in ones are declared the same way (BUILT_IN) and loaded by
+the same code.
 
 A plugin that cannot be used (its import fails, it is not an Executor, it names no executor
 or one another has) is set aside with the reason: logged when the process starts and listed
@@ -11,14 +13,18 @@ on the admin's overview page. It never stops the others from loading.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
 from .base import REGISTRY, Executor
+from .extensions import EXTENSIONS, ServerExtension
 
 log = logging.getLogger(__name__)
 
 GROUP = "agentserver.executors"
+EXTENSION_GROUP = "agentserver.extensions"
 BUILT_IN_SOURCE = "agentserver (built in)"
 BUILT_IN = [
     EntryPoint("echo", "tasks_app.executors.echo:EchoExecutor", GROUP),
@@ -26,6 +32,7 @@ BUILT_IN = [
     EntryPoint("writer", "tasks_app.executors.writer:WriterExecutor", GROUP),
     EntryPoint("a2a-upstream", "tasks_app.executors.upstream:A2AUpstreamExecutor", GROUP),
     EntryPoint("webhook", "tasks_app.executors.webhook:WebhookExecutor", GROUP),
+    EntryPoint("timestamp", "tasks_app.executors.timestamp:TimestampExtension", EXTENSION_GROUP),
 ]
 
 
@@ -46,6 +53,8 @@ class Broken:
 
 LOADED: list[Loaded] = []
 BROKEN: list[Broken] = []
+EXTENSIONS_LOADED: list[Loaded] = []
+EXTENSIONS_BROKEN: list[Broken] = []
 
 
 def _source(entry: EntryPoint) -> str:
@@ -55,7 +64,8 @@ def _source(entry: EntryPoint) -> str:
     return f"{dist.metadata['Name']} {dist.version}"
 
 
-def _check(entry: EntryPoint, found: object) -> type[Executor]:
+def _check(entry: EntryPoint, found: object) -> tuple[str, type]:
+    """The executor an entry point names, under its name."""
     if not (isinstance(found, type) and issubclass(found, Executor)):
         raise TypeError(f"{entry.value} is not a subclass of tasks_app.executors.Executor")
     name = getattr(found, "name", "")
@@ -63,36 +73,63 @@ def _check(entry: EntryPoint, found: object) -> type[Executor]:
         raise TypeError(f"{entry.value} names no executor (set its `name`)")
     if name != entry.name:
         raise TypeError(f"the entry point is called {entry.name!r} but the executor's name is {name!r}")
-    return found
+    return name, found
 
 
-def load(entries: list[EntryPoint]) -> tuple[list[Loaded], list[Broken]]:
-    """Register each entry point's executor; the ones that cannot be, with why."""
+def _check_extension(entry: EntryPoint, found: object) -> tuple[str, type]:
+    """The server extension an entry point names, under its URI."""
+    if not (isinstance(found, type) and issubclass(found, ServerExtension)):
+        raise TypeError(f"{entry.value} is not a subclass of tasks_app.executors.extensions.ServerExtension")
+    uri = getattr(found, "uri", "")
+    if not isinstance(uri, str) or not uri:
+        raise TypeError(f"{entry.value} names no extension URI (set its `uri`)")
+    return uri, found
+
+
+def load(
+    entries: list[EntryPoint],
+    *,
+    check: Callable[[EntryPoint, object], tuple[str, type]] = _check,
+    registry: dict[str, Any] = REGISTRY,
+) -> tuple[list[Loaded], list[Broken]]:
+    """Register each entry point's class (an executor, or with `_check_extension` and
+    EXTENSIONS a server extension); the ones that cannot be, with why."""
     loaded: list[Loaded] = []
     broken: list[Broken] = []
+    keys: dict[str, Loaded] = {}
     for entry in entries:
         source = _source(entry)
         try:
-            executor = _check(entry, entry.load())
-            taken = next((item for item in loaded if item.name == entry.name), None)
+            key, found = check(entry, entry.load())
+            taken = keys.get(key)
             if taken is not None and taken.target != entry.value:
-                raise LookupError(f"the name {entry.name!r} is taken by {taken.target} ({taken.source})")
+                raise LookupError(f"the name {key!r} is taken by {taken.target} ({taken.source})")
         except Exception as exc:  # noqa: BLE001 - a plugin's fault of any kind is reported, not raised
             reason = f"{type(exc).__name__}: {exc}"
             broken.append(Broken(name=entry.name, source=source, target=entry.value, error=reason))
-            log.error("executor plugin %r from %s not loaded: %s", entry.name, source, reason)
+            what = "extension" if entry.group == EXTENSION_GROUP else "executor"
+            log.error("%s plugin %r from %s not loaded: %s", what, entry.name, source, reason)
             continue
-        REGISTRY[entry.name] = executor
-        loaded.append(Loaded(name=entry.name, source=source, target=entry.value))
+        registry[key] = found
+        keys[key] = Loaded(name=entry.name, source=source, target=entry.value)
+        loaded.append(keys[key])
     return loaded, broken
 
 
-def installed() -> list[EntryPoint]:
-    return list(entry_points(group=GROUP))
+def installed(group: str = GROUP) -> list[EntryPoint]:
+    return list(entry_points(group=group))
 
 
 def load_all() -> None:
-    """The built-in executors, then every installed distribution's (a process's start)."""
-    loaded, broken = load([*BUILT_IN, *installed()])
+    """The built-in executors and extensions, then every installed distribution's (a
+    process's start)."""
+    loaded, broken = load([e for e in BUILT_IN if e.group == GROUP] + installed())
     LOADED[:] = loaded
     BROKEN[:] = broken
+    loaded, broken = load(
+        [e for e in BUILT_IN if e.group == EXTENSION_GROUP] + installed(EXTENSION_GROUP),
+        check=_check_extension,
+        registry=EXTENSIONS,
+    )
+    EXTENSIONS_LOADED[:] = loaded
+    EXTENSIONS_BROKEN[:] = broken

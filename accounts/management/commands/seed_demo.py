@@ -61,6 +61,15 @@ DEMO_AGENTS = {
                 "examples": ["Write a haiku about the sea", "A story about a lighthouse keeper"],
             }
         ],
+        # The server implements this one (tasks_app/executors/timestamp.py): a client that
+        # activates it sees the time each message and artifact was made (docs/extensions.md).
+        "extensions": [
+            {
+                "uri": "https://github.com/a2aproject/a2a-samples/samples/extensions/timestamp/v1",
+                "description": "Timestamps in the metadata of the messages and artifacts it writes.",
+                "required": False,
+            }
+        ],
     },
 }
 
