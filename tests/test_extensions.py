@@ -4,10 +4,13 @@ AgentContext, and the timestamp extension end to end."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from a2a.client import ClientCallContext
+from a2a.client.service_parameters import ServiceParametersFactory, with_a2a_extensions
 from asgiref.sync import async_to_sync
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,6 +23,8 @@ from tasks_app.executors.timestamp import URI as TIMESTAMP
 from tasks_app.models import Artifact, Message, TaskEvent
 
 from .conftest import make_agent, user_message
+from .test_interop_a2a_sdk import sdk_client
+from .test_interop_a2a_sdk import send as sdk_send
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -288,3 +293,25 @@ def test_an_agent_s_own_timestamp_is_kept(tenant, rpc, alice_key):
     finally:
         REGISTRY.pop("punctual", None)
     assert task["artifacts"][0]["metadata"][STAMP] == "2020-01-01T00:00:00Z"
+
+
+# --- the official client, across daphne and a Celery worker ------------------------------------
+
+
+@pytest.mark.live
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+def test_the_a2a_sdk_activates_the_timestamp_extension_on_a_live_server(live, binding, tenant, alice_key):
+    make_agent(tenant, "stamped", "echo", extensions=[{"uri": TIMESTAMP, "description": "times"}])
+
+    async def scenario():
+        async with sdk_client(live, "stamped", alice_key, binding=binding) as (_, card):
+            assert [e.uri for e in card.capabilities.extensions] == [TIMESTAMP]
+        async with sdk_client(live, "stamped", alice_key, binding=binding) as (client, _):
+            parameters = ServiceParametersFactory.create([with_a2a_extensions([TIMESTAMP])])
+            stamped = await sdk_send(client, "hi", context=ClientCallContext(service_parameters=parameters))
+            plain = await sdk_send(client, "hi")
+        return stamped, plain
+
+    stamped, plain = asyncio.run(scenario())
+    assert stamp_of(dict(stamped.artifacts[0].metadata)) <= datetime.now(UTC)
+    assert STAMP not in dict(plain.artifacts[0].metadata)
