@@ -59,7 +59,8 @@ STREAMING_METHODS = {"SendStreamingMessage", "SubscribeToTask", "message/stream"
 class Seen:
     """What the upstream saw, for the tests to read (appended from the server's thread)."""
 
-    calls: list[dict[str, Any]] = field(default_factory=list)  # {"method", "version", "authorization", "x-api-key"}
+    # {"method", "version", "authorization", "x-api-key", "extensions", "metadata" (the params')}
+    calls: list[dict[str, Any]] = field(default_factory=list)
     card_requests: list[dict[str, str]] = field(default_factory=list)  # {"authorization", "x-api-key"}
     executions: list[tuple[str, str]] = field(default_factory=list)  # (task id, user text)
     cancelled: list[str] = field(default_factory=list)  # task ids whose cancel the executor ran
@@ -261,6 +262,8 @@ class _Recorder:
                 "version": headers.get("a2a-version", ""),
                 "authorization": headers.get("authorization", ""),
                 "x-api-key": headers.get("x-api-key", ""),
+                "extensions": headers.get("a2a-extensions", "") or headers.get("x-a2a-extensions", ""),
+                "metadata": (request.get("params") or {}).get("metadata") if isinstance(request, dict) else None,
             }
         )
         if self.token and headers.get("authorization") != f"Bearer {self.token}":

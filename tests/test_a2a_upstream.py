@@ -49,7 +49,7 @@ from tasks_app.executors.upstream.translate import Chunk, Memory, Remember, Repl
 from tasks_app.models import Task as StoredTask
 from tasks_app.models import TaskEvent
 from tests.a2a_upstream import Upstream
-from tests.conftest import make_agent
+from tests.conftest import make_agent, user_message
 
 METHODS_0_3 = {"message/send", "message/stream", "tasks/get", "tasks/cancel", "tasks/resubscribe"}
 
@@ -406,6 +406,23 @@ def test_a_message_goes_to_the_upstream_and_its_streamed_events_become_the_tasks
     assert any_upstream.seen.executions == [
         (StoredTask.objects.get(pk=task["id"]).executor_state["upstream"]["task_id"], "echo hello")
     ]
+
+
+@in_process
+def test_the_extensions_our_client_activated_and_their_metadata_are_passed_on(rpc, tenant, alice_key, any_upstream):
+    tone = "https://example.com/ext/tone/v1"
+    agent = fronted(tenant, any_upstream.base)
+    agent.extensions = [{"uri": tone}]
+    agent.save()
+    params = {"message": user_message("echo hi", metadata={f"{tone}/mood": "dry"}), "metadata": {"other": 1}}
+    task = rpc(FRONTED, "SendMessage", params, key=alice_key, headers={"A2A-Extensions": tone}).result["task"]
+    assert state(task) == "COMPLETED"
+    (call,) = any_upstream.seen.calls
+    assert call["extensions"] == tone
+    assert call["metadata"] == {f"{tone}/mood": "dry"}  # what was filed under it, nothing else
+    plain = rpc.send(FRONTED, "echo hi", key=alice_key).result["task"]
+    assert state(plain) == "COMPLETED"
+    assert any_upstream.seen.calls[-1]["extensions"] == ""
 
 
 @in_process

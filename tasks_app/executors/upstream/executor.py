@@ -40,8 +40,15 @@ class A2AUpstreamExecutor(Executor):
         message = user_message(
             ctx.message, message_id=str(uuid.uuid4()), task_id=memory.task_id, context_id=memory.context_id
         )
+        uses = [ctx.extension(uri) for uri in ctx.extensions]
         session = Session(
-            settings, message, memory, accepted_output_modes=list(ctx.accepted_output_modes), task_id=ctx.task_id
+            settings,
+            message,
+            memory,
+            accepted_output_modes=list(ctx.accepted_output_modes),
+            task_id=ctx.task_id,
+            extensions=ctx.extensions,
+            extension_metadata={k: v for use in uses if use is not None for k, v in use.metadata.items()},
         )
         session.start()
         ended, cancel_upstream = False, True

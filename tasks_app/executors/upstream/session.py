@@ -25,10 +25,11 @@ import queue
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import httpx
-from a2a.client import A2AClientTimeoutError, Client, ClientConfig, ClientFactory
+from a2a.client import A2AClientTimeoutError, Client, ClientCallContext, ClientConfig, ClientFactory
+from a2a.client.service_parameters import ServiceParametersFactory, with_a2a_extensions
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -139,9 +140,15 @@ class Session:
         *,
         accepted_output_modes: list[str],
         task_id: str,
+        extensions: list[str] | None = None,
+        extension_metadata: dict[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.message = message
+        # What our client activated on this request, passed on: the upstream activates what it
+        # supports of it (its A2A-Extensions header) and reads the request's metadata under them.
+        self.extensions = list(extensions or [])
+        self.extension_metadata = dict(extension_metadata or {})
         self.accepted_output_modes = accepted_output_modes
         self.task_id = task_id  # ours, for the log
         self.translator = Translator(memory)
@@ -299,8 +306,13 @@ class Session:
             return_immediately=not streaming,
         )
         request = SendMessageRequest(message=self.message, configuration=configuration)
+        context = None
+        if self.extensions:
+            request.metadata.update(self.extension_metadata)
+            parameters = ServiceParametersFactory.create([with_a2a_extensions(self.extensions)])
+            context = ClientCallContext(service_parameters=parameters)
         try:
-            async with aclosing(_generator(client.send_message(request))) as responses:
+            async with aclosing(_generator(client.send_message(request, context=context))) as responses:
                 async for response in responses:
                     self._apply(response)
                     if self.translator.settled:
