@@ -150,6 +150,8 @@ async def _call(
             message = f"method {storable.brief(incoming.method)} not found"
             fault = Fault(200, jsonrpc.METHOD_NOT_FOUND, message, "METHOD_NOT_FOUND")
             return binding.fault(incoming.id, fault, request)
+        if activated:  # echoed under every name the dialect's peers read
+            extra = {name: ", ".join(activated) for name in dialect.extension_headers}
         missing = [uri for uri in required_extensions(agent) if uri not in activated]
         if missing:
             raise ExtensionSupportRequired(
