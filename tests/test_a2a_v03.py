@@ -550,7 +550,9 @@ def test_every_method_names_the_bad_field(rpc03, echo_agent, alice_key, method, 
 
 
 def test_the_version_decides_which_methods_exist(rpc03, echo_agent, alice_key):
-    assert rpc03(ECHO, "GetTask", {"id": "x"}, key=alice_key).error["code"] == -32601  # 1.0's name, no header
+    forgot = rpc03(ECHO, "GetTask", {"id": "x"}, key=alice_key).error  # 1.0's method, no header
+    assert forgot["code"] == -32009 and "send the header A2A-Version: 1.0" in forgot["message"]
+    assert rpc03(ECHO, "tasks/list", {}, key=alice_key).error["code"] == -32601  # in no dialect
     for version in ("0.3", "0.3.0", ""):
         answer = rpc03(ECHO, "tasks/get", {"id": str(uuid.uuid4())}, key=alice_key, headers={"A2A-Version": version})
         assert answer.error["code"] == -32001
