@@ -6,6 +6,7 @@ The flow is 1.0's (`a2a_v1.methods`): only the params, results and errors are 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -79,7 +80,7 @@ def _answer(answer: exchange.Answer) -> dict[str, Any]:
     return codec.encode_task(answer.task)
 
 
-def _stream_encoder(until: frozenset[str]):
+def _stream_encoder(until: frozenset[str]) -> Callable[[Any], dict[str, Any]]:
     """How a stream's items go out: the stream ends after a status event in `until` (see
     exchange._events), and that event says so with `final: true`."""
 
