@@ -94,7 +94,8 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
     # A2A 1.0's card unless the request names another version (docs/dialects.md): the two
     # cards cannot be one document.
-    version = (request.headers.get("A2A-Version") or request.GET.get("A2A-Version") or "").strip()
+    query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
+    version = (request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip()
     body = orjson.dumps(dialects.card_for(version).card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
