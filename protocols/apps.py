@@ -15,3 +15,5 @@ class ProtocolsConfig(AppConfig):
         for dialect in DIALECTS:
             encoders.register(dialect.name, dialect.encode_event)
             encoders.register_task(dialect.name, dialect.encode_task)
+            if dialect.encode_push is not None:
+                encoders.register_push(dialect.name, dialect.encode_push)

@@ -60,9 +60,9 @@ def security(agent: Agent) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return schemes, requirements
 
 
-def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
-    url = f"{base_url}{agent.path}"
-    skills = [
+def skills(agent: Agent) -> list[dict[str, Any]]:
+    """The agent's skills as cards list them (the same members in 1.0 and 0.3)."""
+    return [
         {
             "id": s.get("id", ""),
             "name": s.get("name", s.get("id", "")),
@@ -75,6 +75,10 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         for s in agent.skills
         if isinstance(s, dict)  # checked when saved (accounts.card_content); rows from before may not be
     ]
+
+
+def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
+    url = f"{base_url}{agent.path}"
     schemes, requirements = security(agent)
     card: dict[str, Any] = {
         "name": agent.name,
@@ -98,7 +102,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "securitySchemes": schemes,
         "defaultInputModes": media.declared(agent.input_modes),
         "defaultOutputModes": media.declared(agent.output_modes),
-        "skills": skills,
+        "skills": skills(agent),
     }
     if requirements:
         card["securityRequirements"] = requirements
@@ -107,7 +111,11 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
 
 def extended_agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
     """The card plus what the agent shows only to authenticated callers (lists are extended)."""
-    card = agent_card(agent, base_url=base_url)
+    return extended(agent_card(agent, base_url=base_url), agent)
+
+
+def extended(card: dict[str, Any], agent: Agent) -> dict[str, Any]:
+    """`card` plus the agent's extended content (lists are extended, other members replaced)."""
     for key, value in (agent.extended_card or {}).items():
         if isinstance(value, list) and isinstance(card.get(key), list):
             card[key] = [*card[key], *value]

@@ -137,10 +137,13 @@ async def _call(
     try:
         version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
         dialect = dialects.for_request(version, incoming.method)
+        if dialect is None and (missing_version := dialects.version_missing(version, incoming.method)):
+            raise missing_version
         if dialect is None:
             message = f"method {storable.brief(incoming.method)} not found"
             fault = Fault(200, jsonrpc.METHOD_NOT_FOUND, message, "METHOD_NOT_FOUND")
             return binding.fault(incoming.id, fault, request)
+        extra = activation.echo(dialect.extension_headers)
         extensions.check_required(agent, activation)
         context = Call(
             agent=agent,

@@ -26,12 +26,13 @@ class Activation:
     uris: tuple[str, ...]  # in the order of the agent's card
     legacy: bool  # the client wrote X-A2A-Extensions: it reads the answer's header by that name
 
-    def echo(self) -> dict[str, str]:
-        """The answer's header(s) naming what was activated (none when nothing was)."""
+    def echo(self, names: tuple[str, ...] = (HEADER,)) -> dict[str, str]:
+        """The answer's headers naming what was activated (none when nothing was): under the
+        names the dialect's peers read, and the one the client wrote."""
         if not self.uris:
             return {}
         value = ", ".join(self.uris)
-        return {HEADER: value, LEGACY_HEADER: value} if self.legacy else {HEADER: value}
+        return dict.fromkeys((*names, *((LEGACY_HEADER,) if self.legacy else ())), value)
 
 
 def _listed(value: str) -> set[str]:

@@ -92,7 +92,11 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
-    body = orjson.dumps(dialects.default().card(found, base_url=_base_url(request)))
+    # A2A 1.0's card unless the request names another version (docs/dialects.md): the two
+    # cards cannot be one document.
+    query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
+    version = (request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip()
+    body = orjson.dumps(dialects.card_for(version).card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
     last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))
@@ -100,6 +104,7 @@ def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
         "ETag": etag,
         "Last-Modified": http_date(last_modified.timestamp()),
         "Cache-Control": f"public, max-age={settings.AGENT_CARD_MAX_AGE}",
+        "Vary": "A2A-Version",
     }
     if_none_match = request.headers.get("If-None-Match")
     if_modified_since = parse_http_date_safe(request.headers.get("If-Modified-Since", ""))

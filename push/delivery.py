@@ -90,7 +90,7 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         return services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
 
     try:
-        body = orjson.dumps(encoders.encode_event(due.dialect, due.task_id, due.context_id, due.kind, due.payload))
+        body = orjson.dumps(encoders.encode_push(due.dialect, due.task_id, due.context_id, due.kind, due.payload))
     except (LookupError, TypeError, ValueError) as exc:
         return record(status_code=None, latency_ms=0, error=f"the event could not be encoded: {exc}", permanent=True)
     try:

@@ -1,7 +1,8 @@
 """How each dialect writes a stored event, for what sends events with no request to answer:
 push notifications. Each dialect (in `protocols`, above the store) registers its encoder from
 its app's `ready`; the sender looks it up by the task's own dialect, so a task created by an
-A2A 0.3 client is pushed in 0.3."""
+A2A 0.3 client is pushed in 0.3. A dialect whose notifications are not its events (A2A 0.3
+POSTs the task itself) registers a push encoder too."""
 
 from __future__ import annotations
 
@@ -24,6 +25,22 @@ def encode_event(dialect: str, task_id: str, context_id: str, kind: str, payload
         encoder = _encoders[dialect]
     except KeyError:
         raise LookupError(f"no event encoder for the dialect {dialect!r}") from None
+    return encoder(task_id, context_id, kind, payload)
+
+
+_push_encoders: dict[str, EventEncoder] = {}
+
+
+def register_push(dialect: str, encoder: EventEncoder) -> None:
+    _push_encoders[dialect] = encoder
+
+
+def encode_push(dialect: str, task_id: str, context_id: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """The body of the push notification of this event: the dialect's push encoder's, else the
+    event as the dialect writes it; LookupError for a dialect that registered neither."""
+    encoder = _push_encoders.get(dialect)
+    if encoder is None:
+        return encode_event(dialect, task_id, context_id, kind, payload)
     return encoder(task_id, context_id, kind, payload)
 
 

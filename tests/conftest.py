@@ -567,3 +567,58 @@ class Rest:
 @pytest.fixture
 def rest(client) -> Rest:
     return Rest(client)
+
+
+# --- calling the endpoint in A2A 0.3 -----------------------------------------------------
+
+
+def user_message_v03(text: str = "hello", **extra: Any) -> dict[str, Any]:
+    """A 0.3 user message: `kind` discriminators, lowercase role."""
+    import uuid
+
+    return {
+        "kind": "message",
+        "messageId": extra.pop("messageId", str(uuid.uuid4())),
+        "role": "user",
+        "parts": [{"kind": "text", "text": text}],
+        **extra,
+    }
+
+
+class Rpc03(Rpc):
+    """JSON-RPC as an A2A 0.3 client sends it: no A2A-Version header (unless `headers` name one)."""
+
+    def raw(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        key: str | None = None,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> RpcResponse:
+        hdrs = dict(headers or {})
+        if key:
+            hdrs["X-API-Key"] = key
+        response = self.client.post(path, data=body, content_type=content_type, headers=hdrs)
+        body_json = orjson.loads(response.content) if response.content else {}
+        return RpcResponse(response.status_code, response.headers, body_json)
+
+    def send(
+        self,
+        path: str,
+        text: str = "hello",
+        *,
+        key: str | None = None,
+        configuration: dict | None = None,
+        **message_fields: Any,
+    ) -> RpcResponse:
+        params: dict[str, Any] = {"message": user_message_v03(text, **message_fields)}
+        if configuration:
+            params["configuration"] = configuration
+        return self(path, "message/send", params, key=key)
+
+
+@pytest.fixture
+def rpc03(client) -> Rpc03:
+    return Rpc03(client)

@@ -1,13 +1,14 @@
 """Hostile requests, built from the wire schema, and what every answer to them must be.
 
 The schema is the official one: the A2A 1.0 protobuf descriptors the a2a-sdk ships
-(`a2a.types.a2a_pb2`). `requests()` draws a whole request for one JSON-RPC method: params in
-ProtoJSON that follow the schema (plausible enough that many succeed, so success paths are
-walked too), then, most of the time, hostile changes: a value of the wrong type at any path,
-an oversize or odd string, deep nesting, a number out of range, a member given twice or under
-both its names, a broken envelope, a broken body, odd headers. `verdict()` checks an answer
-against the invariants and names its outcome for counting. Used by tests/test_hostile.py and,
-through it, bench/hostile.py.
+(`a2a.types.a2a_pb2`); A2A 0.3's methods (`V03_METHODS`) draw their params from 0.3's JSON
+schema as the SDK's `a2a.compat.v0_3.types` write it. `requests()` draws a whole request for
+one JSON-RPC method: params in ProtoJSON (or 0.3's JSON) that follow the schema (plausible
+enough that many succeed, so success paths are walked too), then, most of the time, hostile
+changes: a value of the wrong type at any path, an oversize or odd string, deep nesting, a
+number out of range, a member given twice or under both its names, a broken envelope, a
+broken body, odd headers. `verdict()` checks an answer against the invariants and names its
+outcome for counting. Used by tests/test_hostile.py and, through it, bench/hostile.py.
 
 Network safety: push URLs come only from `Pools.urls`. For the live stack (which resolves
 push URLs for real) those are loopback literals outside the allow-list, and `foreign_url`
@@ -44,7 +45,22 @@ METHODS: dict[str, Descriptor] = {
     "DeleteTaskPushNotificationConfig": a2a_pb2.DeleteTaskPushNotificationConfigRequest.DESCRIPTOR,
     "GetExtendedAgentCard": a2a_pb2.GetExtendedAgentCardRequest.DESCRIPTOR,
 }
-STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask"})
+# A2A 0.3's JSON-RPC methods (sent without A2A-Version, as 0.3 clients do) and their params'
+# type in 0.3's JSON schema; `v03_params` draws them.
+V03_METHODS = {
+    "message/send": "MessageSendParams",
+    "message/stream": "MessageSendParams",
+    "tasks/get": "TaskQueryParams",
+    "tasks/cancel": "TaskIdParams",
+    "tasks/resubscribe": "TaskIdParams",
+    "tasks/pushNotificationConfig/set": "TaskPushNotificationConfig",
+    "tasks/pushNotificationConfig/get": "GetTaskPushNotificationConfigParams",
+    "tasks/pushNotificationConfig/list": "ListTaskPushNotificationConfigParams",
+    "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfigParams",
+    "agent/getAuthenticatedExtendedCard": "",
+}
+ALL_METHODS = [*sorted(METHODS), *sorted(V03_METHODS)]
+STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"})
 
 # The codes a caller's request may be answered with (JSON-RPC's own, and A2A's -32001..-32009).
 # -32029 and -32030: a rate limit or a tenant's cap (docs/limits.md), clear errors too.
@@ -303,17 +319,131 @@ def _build_message(descriptor: Descriptor, pools: Pools, depth: int) -> st.Searc
 
 def params_for(method: str, pools: Pools) -> st.SearchStrategy[dict]:
     """Schema-following params of `method`, with the one member the server reads beyond the
-    schema: SubscribeToTask's `lastEventId` (the SSE resume point, also a header)."""
-    base = message_of(METHODS[method], pools)
-    if method != "SubscribeToTask":
+    schema: SubscribeToTask's (and 0.3's tasks/resubscribe's) `lastEventId` (the SSE resume
+    point, also a header)."""
+    base = v03_params(method, pools) if method in V03_METHODS else message_of(METHODS[method], pools)
+    if method not in ("SubscribeToTask", "tasks/resubscribe"):
         return base
     resume = st.sampled_from([0, 1, 2, "1", "", -1, "x", 2**40, 1.0])
     return pools.cached(
-        "subscribe",
+        ("subscribe", method),
         lambda: st.tuples(base, st.none() | resume).map(
             lambda p: p[0] if p[1] is None else {**p[0], "lastEventId": p[1]}
         ),
     )
+
+
+def known_members(method: str) -> set[str]:
+    """The members a method's unmutated params may have."""
+    if method in V03_METHODS:
+        return set(_V03_MEMBERS[V03_METHODS[method]]) | {"lastEventId"}
+    return {f.json_name for f in METHODS[method].fields} | {"lastEventId"}
+
+
+_V03_MEMBERS = {
+    "MessageSendParams": ("message", "configuration", "metadata"),
+    "TaskQueryParams": ("id", "historyLength", "metadata"),
+    "TaskIdParams": ("id", "metadata"),
+    "TaskPushNotificationConfig": ("taskId", "pushNotificationConfig"),
+    "GetTaskPushNotificationConfigParams": ("id", "pushNotificationConfigId", "metadata"),
+    "ListTaskPushNotificationConfigParams": ("id", "metadata"),
+    "DeleteTaskPushNotificationConfigParams": ("id", "pushNotificationConfigId", "metadata"),
+    "": (),
+}
+
+
+def _struct() -> st.SearchStrategy:
+    return st.dictionaries(st.text(max_size=8), json_values(), max_size=3)
+
+
+@st.composite
+def _members(draw, required: dict[str, st.SearchStrategy], optional: dict[str, st.SearchStrategy]) -> dict:
+    """An object: each required member most of the time, each optional one a third of the time."""
+    out = {k: draw(v) for k, v in required.items() if draw(st.integers(0, 19)) > 0}
+    out.update({k: draw(v) for k, v in optional.items() if draw(st.integers(0, 2)) == 0})
+    return out
+
+
+def _v03_push_config(pools: Pools) -> st.SearchStrategy[dict]:
+    auth = _members(
+        {"schemes": st.lists(st.sampled_from(["Bearer", "Basic", "ApiKey", "x", ""]), max_size=2)},
+        {"credentials": st.text(max_size=20)},
+    )
+    return _members(
+        {"url": st.sampled_from(pools.urls) | st.sampled_from(NOT_URLS)},
+        {"id": st.text(min_size=1, max_size=12), "token": st.text(max_size=20), "authentication": auth},
+    )
+
+
+def _v03_part(pools: Pools) -> st.SearchStrategy[dict]:
+    extras = {"metadata": _struct()}
+    b64 = st.binary(max_size=30).map(lambda b: base64.b64encode(b).decode())
+    file_extras = {"mimeType": st.sampled_from(MEDIA_TYPES), "name": st.text(max_size=12)}
+    files = _members({"bytes": b64}, file_extras) | _members(
+        {"uri": st.sampled_from(pools.urls) | st.sampled_from(NOT_URLS)}, file_extras
+    )
+    text = _members({"kind": st.just("text"), "text": st.text(max_size=30)}, extras)
+    return st.one_of(
+        text,
+        text,
+        _members({"kind": st.just("file"), "file": files}, extras),
+        _members({"kind": st.just("data"), "data": _struct()}, extras),
+    )
+
+
+def _v03_message(pools: Pools) -> st.SearchStrategy[dict]:
+    return _members(
+        {
+            "kind": st.just("message"),
+            "messageId": st.uuids().map(str) | st.text(min_size=1, max_size=40),
+            "role": st.sampled_from(["user"] * 18 + ["agent", "ROLE_USER"]),
+            "parts": st.lists(_v03_part(pools), min_size=1, max_size=3),
+        },
+        {
+            "contextId": st.sampled_from(pools.context_ids or ["c"]) | st.uuids().map(str),
+            "referenceTaskIds": st.lists(_ids(pools), max_size=2),
+            "extensions": st.lists(st.text(max_size=10), max_size=2),
+            "metadata": _struct(),
+        },
+    ).flatmap(
+        # A follow-up now and then (the pools' tasks are finished: mostly an error).
+        lambda m: st.sampled_from([m] * 9 + [{**m, "taskId": pools.task_ids[0] if pools.task_ids else "t"}])
+    )
+
+
+def _build_v03(kind: str, pools: Pools) -> st.SearchStrategy[dict]:
+    history = st.integers(0, 120) | st.integers(-(2**31), 2**31 - 1)
+    meta = {"metadata": _struct()}
+    config_id = st.text(min_size=1, max_size=12) | _ids(pools)
+    if kind == "MessageSendParams":
+        configuration = _members(
+            {},
+            {
+                "acceptedOutputModes": st.lists(st.sampled_from(MEDIA_TYPES), max_size=2),
+                "blocking": st.booleans(),
+                "historyLength": history,
+                "pushNotificationConfig": _v03_push_config(pools),
+            },
+        )
+        return _members({"message": _v03_message(pools)}, {"configuration": configuration, **meta})
+    if kind == "TaskQueryParams":
+        return _members({"id": _ids(pools)}, {"historyLength": history, **meta})
+    if kind in ("TaskIdParams", "ListTaskPushNotificationConfigParams"):
+        return _members({"id": _ids(pools)}, meta)
+    if kind == "TaskPushNotificationConfig":
+        return _members({"taskId": _ids(pools), "pushNotificationConfig": _v03_push_config(pools)}, {})
+    if kind == "GetTaskPushNotificationConfigParams":
+        return _members({"id": _ids(pools)}, {"pushNotificationConfigId": config_id, **meta})
+    if kind == "DeleteTaskPushNotificationConfigParams":
+        return _members({"id": _ids(pools), "pushNotificationConfigId": config_id}, meta)
+    return st.just({})
+
+
+def v03_params(method: str, pools: Pools) -> st.SearchStrategy[dict]:
+    """0.3 params of `method`, following 0.3's JSON schema: `kind` on messages and parts,
+    nested file parts, 0.3's push config with its list of schemes."""
+    kind = V03_METHODS[method]
+    return pools.cached(("v03", kind), lambda: _build_v03(kind, pools))
 
 
 # --- hostile values and where they go -----------------------------------------------------------
@@ -585,7 +715,7 @@ def envelope(draw, method: str, params: Any, *, broken: bool) -> Any:
                     "rpc.discover",
                     "__init__",
                 ]
-                + list(METHODS)
+                + ALL_METHODS
             )
         )
     elif change == "params":
@@ -866,9 +996,12 @@ def headers_for(draw, method: str, key: str, *, odd_content_types: bool = False)
         content_type = draw(CONTENT_TYPES)
     if content_type is not None:
         headers["Content-Type"] = content_type
-    # A2A-Version 1.0 most of the time: that is what gets a request through to its params.
+    # The method's own version most of the time (1.0's header; none for 0.3, as its clients
+    # send): that is what gets a request through to its params.
     if draw(st.integers(0, 99)) < 8:
         version = draw(st.sampled_from([None, b"0.3", b"1", b"1.0.0", b"", b"2.0", b"1.0, 0.3"]) | HEADER_JUNK)
+    elif method in V03_METHODS:
+        version = draw(st.sampled_from([None] * 6 + [b"0.3", b"0.3.0"]))
     else:
         version = b"1.0"
     if version is not None:
@@ -906,7 +1039,7 @@ def requests(
 
     @st.composite
     def build(draw) -> HostileRequest:
-        name = method or draw(st.sampled_from(sorted(METHODS)))
+        name = method or draw(st.sampled_from(ALL_METHODS))
         params: Any = draw(params_for(name, pools))
         if draw(st.integers(0, 9)) < 7:  # 70 %: hostile params, one to three changes
             for _ in range(draw(st.integers(1, 3))):

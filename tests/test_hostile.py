@@ -8,7 +8,8 @@ result, or a stream of bare StreamResponses. And a task stored before the run ca
 read and listed after it. In-process through Django's
 handler, and across daphne with a real Celery worker, whose logs must hold no traceback.
 
-The requests come from tests/hostile.py (built from the A2A 1.0 protobuf schema).
+The requests come from tests/hostile.py (built from the A2A 1.0 protobuf schema, and for
+A2A 0.3's methods from 0.3's JSON schema, sent without A2A-Version as 0.3 clients send them).
 
 - Default: a few dozen requests per method, in-process and live.
 - `HOSTILE_PROFILE=long` (with `HOSTILE_EXAMPLES` per case, default 1700: ~42,000 requests
@@ -50,7 +51,8 @@ from tests.hostile import Broken, HostileRequest, Pools
 LONG = os.environ.get("HOSTILE_PROFILE") == "long"
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "1700")) if LONG else None
 KEEP_GOING = LONG or os.environ.get("HOSTILE_KEEP_GOING") == "1"
-CASES = [*sorted(hostile.METHODS), None]  # None: the envelope case (any method, envelope and body broken)
+# None: the envelope case (any method, envelope and body broken); 0.3's methods after 1.0's.
+CASES = [*hostile.ALL_METHODS, None]
 PATHS = {"keyed": "/agents/acme/echo/", "public": "/agents/acme/conformance/"}
 # In-process the resolver is faked, so a name may be given too: push configs then get made.
 IN_PROCESS_URLS = (*hostile.LIVE_URLS, "https://push.example.test/hook")
@@ -547,5 +549,5 @@ def test_live_requests_follow_the_schema_and_the_network_rules(data, method):
         assert not set(value) & {0, 10, 13} and value == value.strip(b" \t"), (name, value)
         assert not set(value) & hostile.DAPHNE_REFUSES, (name, value)
     unmutated = data.draw(hostile.params_for(method or "SendMessage", pools))
-    known = {f.json_name for f in hostile.METHODS[method or "SendMessage"].fields} | {"lastEventId"}
+    known = hostile.known_members(method or "SendMessage")
     assert set(unmutated) <= known

@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from tests.conftest import make_agent, user_message
+from tests.conftest import make_agent, user_message, user_message_v03
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
 
 HOOK = "https://push.example/hook"
@@ -86,7 +86,8 @@ def world(db, dns, push_jobs, issuer_server):
 
 
 def call(client, path: str, method: str, params: dict, caller: Caller):
-    headers = {"A2A-Version": "1.0", **caller.headers}
+    # A2A 0.3's methods (slash names) go without A2A-Version, as 0.3 clients send them.
+    headers = {**({} if "/" in method else {"A2A-Version": "1.0"}), **caller.headers}
     body = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
     with CaptureQueriesContext(connection) as queries:
         response = client.post(path, data=body, content_type="application/json", headers=headers)
@@ -132,6 +133,33 @@ OPERATIONS = {
     "GetTaskPushNotificationConfig": lambda t: ("GetTaskPushNotificationConfig", {"taskId": t, "id": "cfg"}),
     "ListTaskPushNotificationConfigs": lambda t: ("ListTaskPushNotificationConfigs", {"taskId": t}),
     "DeleteTaskPushNotificationConfig": lambda t: ("DeleteTaskPushNotificationConfig", {"taskId": t, "id": "cfg"}),
+    # A2A 0.3's methods on the same tasks (whichever dialect created them).
+    "message/send (follow-up)": lambda t: (
+        "message/send",
+        {"message": user_message_v03("a stranger's follow-up", taskId=t), "configuration": {"blocking": False}},
+    ),
+    "message/stream (follow-up)": lambda t: (
+        "message/stream",
+        {"message": user_message_v03("a stranger's follow-up", taskId=t)},
+    ),
+    "tasks/resubscribe": lambda t: ("tasks/resubscribe", {"id": t}),
+    "tasks/resubscribe (resume)": lambda t: ("tasks/resubscribe", {"id": t, "lastEventId": "0"}),
+    "tasks/pushNotificationConfig/set": lambda t: (
+        "tasks/pushNotificationConfig/set",
+        {"taskId": t, "pushNotificationConfig": {"id": "mine", "url": HOOK}},
+    ),
+    "tasks/pushNotificationConfig/get": lambda t: (
+        "tasks/pushNotificationConfig/get",
+        {"id": t, "pushNotificationConfigId": "cfg"},
+    ),
+    "tasks/pushNotificationConfig/get (first)": lambda t: ("tasks/pushNotificationConfig/get", {"id": t}),
+    "tasks/pushNotificationConfig/list": lambda t: ("tasks/pushNotificationConfig/list", {"id": t}),
+    "tasks/pushNotificationConfig/delete": lambda t: (
+        "tasks/pushNotificationConfig/delete",
+        {"id": t, "pushNotificationConfigId": "cfg"},
+    ),
+    "tasks/get": lambda t: ("tasks/get", {"id": t, "historyLength": 10}),
+    "tasks/cancel": lambda t: ("tasks/cancel", {"id": t}),
     "GetTask": lambda t: ("GetTask", {"id": t, "historyLength": 10}),
     "CancelTask": lambda t: ("CancelTask", {"id": t}),
 }
@@ -166,7 +194,18 @@ def test_a_caller_s_refusal_for_another_s_task_is_exactly_the_answer_for_no_task
             assert b"private text" not in orjson.dumps(theirs[1]), where
 
 
-@pytest.mark.parametrize("operation", ["GetTask", "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs"])
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "GetTask",
+        "GetTaskPushNotificationConfig",
+        "ListTaskPushNotificationConfigs",
+        "tasks/get",
+        "tasks/pushNotificationConfig/get",
+        "tasks/pushNotificationConfig/get (first)",
+        "tasks/pushNotificationConfig/list",
+    ],
+)
 def test_every_owner_reaches_its_own_task(client, world, tasks, operation):
     for target in tasks:
         method, params = OPERATIONS[operation](target.task_id)
@@ -225,14 +264,15 @@ def test_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_limited_to(clie
                 assert body["error"]["message"] == "this API key may not call this agent"
 
 
-def test_the_extended_card_is_for_callers_allowed_on_the_agent_only(client, world, tasks):
+@pytest.mark.parametrize("method", ["GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"])
+def test_the_extended_card_is_for_callers_allowed_on_the_agent_only(client, world, tasks, method):
     from accounts.models import Agent
 
     Agent.objects.filter(slug__in=["echo", "open"]).update(has_extended_card=True, extended_card={"skills": []})
     for caller in world:
-        status, body, _ = call(client, "/agents/ta/open/", "GetExtendedAgentCard", {}, caller)
+        status, body, _ = call(client, "/agents/ta/open/", method, {}, caller)
         if caller.anonymous:
-            assert body["error"]["message"] == "the extended agent card is only shown to callers with an API key"
+            assert body["error"]["message"].endswith("card is only shown to callers with an API key")
         elif caller.name in ("a-all", "a-oidc", "a-key-on-public"):
             assert status == 200 and body["result"]["name"] == "Open"
         else:

@@ -185,7 +185,7 @@ def test_an_unknown_version_is_version_not_supported(rpc, echo_agent, alice_key)
     assert "99.0" in error["message"]
 
 
-def test_a_missing_version_means_0_3_which_is_not_served_yet(echo_agent, alice_key, client):
+def test_a_missing_version_means_0_3_and_a_1_0_method_without_it_is_told_the_header(echo_agent, alice_key, client):
     response = client.post(
         "/agents/acme/echo/",
         data=b'{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}',
@@ -194,7 +194,7 @@ def test_a_missing_version_means_0_3_which_is_not_served_yet(echo_agent, alice_k
     )
     error = response.json()["error"]
     assert error["code"] == -32009 and error["data"][0]["reason"] == "VERSION_NOT_SUPPORTED"
-    assert "0.3" in error["message"]
+    assert "0.3" in error["message"] and "A2A-Version: 1.0" in error["message"]
 
 
 def test_an_empty_version_header_counts_as_missing(rpc, echo_agent, alice_key):

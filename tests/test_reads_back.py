@@ -1,5 +1,5 @@
 """Whatever the store accepts, every reader gives back: GetTask, ListTasks, a SubscribeToTask
-replay, push delivery and the admin, exactly as it was sent (tasks_app.storable decides what
+replay, A2A 0.3's tasks/get, push delivery and the admin, exactly as it was sent (tasks_app.storable decides what
 is accepted; tests/test_hostile.py shows that what is refused is refused cleanly)."""
 
 import uuid
@@ -12,6 +12,8 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from protocols.dialects.a2a_v03 import codec as codec_v03
+from protocols.dialects.a2a_v1 import codec as codec_v1
 from tasks_app.models import TaskEvent
 from tasks_app.storable import ID_LENGTH, MAX_DEPTH
 from tests.conftest import drain_push_jobs
@@ -85,6 +87,18 @@ def test_what_the_store_accepts_every_reader_gives_back_as_sent(
 
     listed = rpc(ECHO, "ListTasks", {"contextId": context_id, "includeArtifacts": True}, key=alice_key).result
     assert listed["tasks"] == [got]
+
+    # A2A 0.3 reads it too, and what it writes reads back as the very parts (nothing lost in 0.3's form).
+    in_03 = rpc.client.post(
+        ECHO,
+        data=_body("tasks/get", {"id": task["id"]}),
+        content_type="application/json",
+        headers={"X-API-Key": alice_key},
+    ).json()["result"]
+    [stored_03] = in_03["history"]
+    assert in_03["kind"] == "task" and stored_03["kind"] == "message"
+    back = [codec_v1.encode_part(codec_v03.decode_part(p, "part")) for p in stored_03["parts"]]
+    assert as_json(back) == as_json(stored["parts"])
 
     replay = rpc.client.post(
         ECHO,

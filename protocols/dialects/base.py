@@ -25,3 +25,7 @@ class WireDialect:
     encode_task: TaskEncoder  # a TaskView as its get-task method returns it (the admin shows it too)
     card: Callable[..., dict[str, Any]]  # (agent, *, base_url) -> its agent card
     error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response
+    # The body of a push notification, when it is not the event as encode_event writes it
+    encode_push: EventEncoder | None = None
+    # The response headers that echo the activated extensions (0.3 peers may read the X- name)
+    extension_headers: tuple[str, ...] = ("A2A-Extensions",)

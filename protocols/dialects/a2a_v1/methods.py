@@ -19,16 +19,17 @@ from tasks_app.lifecycle import Dialect
 from ... import exchange
 from ...cards import extended_agent_card
 from ...exchange import Call, EventStream
+from .. import params as fields
 from ..base import Handler
 from . import codec
 
 
 def _object(params: dict, key: str) -> dict[str, Any]:
-    return codec.opt_obj(params, key, "params")
+    return fields.opt_obj(params, key, "params")
 
 
 def _required_id(params: dict, key: str = "id") -> str:
-    return codec.required_str(params, key, "params", max_length=storable.ID_LENGTH)
+    return fields.required_str(params, key, "params", max_length=storable.ID_LENGTH)
 
 
 def _answer(answer: exchange.Answer) -> dict[str, Any]:
@@ -48,21 +49,21 @@ def _stream_response(value: TaskView | MessageView | exchange.Event) -> dict[str
 
 
 async def _send_params(call: Call, params: dict[str, Any]) -> exchange.Send:
-    message = codec.decode_message(codec.get(params, "message"))
+    message = codec.decode_message(fields.get(params, "message"))
     config = _object(params, "configuration")
     push = None
-    if codec.get(config, "taskPushNotificationConfig") is not None:
+    if fields.get(config, "taskPushNotificationConfig") is not None:
         exchange.require_push(call.agent)
         push = codec.decode_push_config(
-            codec.get(config, "taskPushNotificationConfig"), "params.configuration.taskPushNotificationConfig"
+            fields.get(config, "taskPushNotificationConfig"), "params.configuration.taskPushNotificationConfig"
         )
         await exchange.push_config_check(push)
     return exchange.Send(
         message=message,
         dialect=Dialect.A2A_1_0,
-        accepted=codec.opt_str_list(config, "acceptedOutputModes", "params.configuration"),
-        history_length=codec.opt_int(config, "historyLength", "params.configuration", minimum=0),
-        return_immediately=bool(codec.opt_bool(config, "returnImmediately", "params.configuration")),
+        accepted=fields.opt_str_list(config, "acceptedOutputModes", "params.configuration"),
+        history_length=fields.opt_int(config, "historyLength", "params.configuration", minimum=0),
+        return_immediately=bool(fields.opt_bool(config, "returnImmediately", "params.configuration")),
         metadata=_object(params, "metadata"),
         push=push,
     )
@@ -81,7 +82,7 @@ async def send_streaming_message(call: Call, params: dict[str, Any]) -> EventStr
 async def subscribe_to_task(call: Call, params: dict[str, Any]) -> EventStream:
     exchange.require_streaming(call.agent)
     task_id = _required_id(params)
-    raw = codec.get(params, "lastEventId")
+    raw = fields.get(params, "lastEventId")
     resume_after = exchange.last_event_id(call.last_event_id if raw is None else raw)
     stream = await exchange.subscribe(call, task_id, resume_after=resume_after)
     return stream.encoded(_stream_response)
@@ -89,7 +90,7 @@ async def subscribe_to_task(call: Call, params: dict[str, Any]) -> EventStream:
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     task_id = _required_id(params)
-    history_length = codec.opt_int(params, "historyLength", "params", minimum=0)
+    history_length = fields.opt_int(params, "historyLength", "params", minimum=0)
 
     def read() -> dict[str, Any]:
         found = selectors.task_with_view(
@@ -103,15 +104,15 @@ async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    context_id = codec.opt_str(params, "contextId", "params", max_length=storable.ID_LENGTH) or None
-    status = codec.get(params, "status")
+    context_id = fields.opt_str(params, "contextId", "params", max_length=storable.ID_LENGTH) or None
+    status = fields.get(params, "status")
     state = None if status in (None, "", "TASK_STATE_UNSPECIFIED", 0) else codec.parse_state(status, "params.status")
-    after_raw = codec.get(params, "statusTimestampAfter")
+    after_raw = fields.get(params, "statusTimestampAfter")
     after = codec.parse_timestamp(after_raw, "params.statusTimestampAfter") if after_raw else None
-    page_size = codec.opt_int(params, "pageSize", "params", minimum=1, maximum=100) or 50
-    page_token = codec.opt_str(params, "pageToken", "params") or ""
-    history_length = codec.opt_int(params, "historyLength", "params", minimum=0)
-    include_artifacts = bool(codec.opt_bool(params, "includeArtifacts", "params"))
+    page_size = fields.opt_int(params, "pageSize", "params", minimum=1, maximum=100) or 50
+    page_token = fields.opt_str(params, "pageToken", "params") or ""
+    history_length = fields.opt_int(params, "historyLength", "params", minimum=0)
+    include_artifacts = bool(fields.opt_bool(params, "includeArtifacts", "params"))
 
     def read() -> dict[str, Any]:
         views, next_token, total = selectors.task_list(
@@ -177,8 +178,8 @@ async def get_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 async def list_push_configs(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     exchange.require_push(call.agent)
     task_id = _required_id(params, "taskId")
-    page_size = codec.opt_int(params, "pageSize", "params", minimum=0, maximum=100) or 100
-    page_token = codec.opt_str(params, "pageToken", "params") or ""
+    page_size = fields.opt_int(params, "pageSize", "params", minimum=0, maximum=100) or 100
+    page_token = fields.opt_str(params, "pageToken", "params") or ""
 
     def read() -> dict[str, Any]:
         views, next_token = push_selectors.configs_for_caller(
