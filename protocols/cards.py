@@ -60,9 +60,9 @@ def security(agent: Agent) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return schemes, requirements
 
 
-def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
-    url = f"{base_url}{agent.path}"
-    skills = [
+def skills(agent: Agent) -> list[dict[str, Any]]:
+    """The agent's skills as A2A writes them (the same shape from 0.1 to 1.0)."""
+    return [
         {
             "id": s.get("id", ""),
             "name": s.get("name", s.get("id", "")),
@@ -75,6 +75,14 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         for s in agent.skills
         if isinstance(s, dict)  # checked when saved (accounts.card_content); rows from before may not be
     ]
+
+
+def provider(agent: Agent, *, base_url: str) -> dict[str, str]:
+    return {"organization": agent.provider_organization or agent.tenant.name, "url": agent.provider_url or base_url}
+
+
+def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
+    url = f"{base_url}{agent.path}"
     schemes, requirements = security(agent)
     card: dict[str, Any] = {
         "name": agent.name,
@@ -82,10 +90,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "supportedInterfaces": [
             {"url": url, "protocolBinding": binding.name, "protocolVersion": "1.0"} for binding in BINDINGS
         ],
-        "provider": {
-            "organization": agent.provider_organization or agent.tenant.name,
-            "url": agent.provider_url or base_url,
-        },
+        "provider": provider(agent, base_url=base_url),
         "version": agent.version,
         **({"iconUrl": agent.icon_url} if agent.icon_url else {}),
         **({"documentationUrl": agent.documentation_url} if agent.documentation_url else {}),
@@ -98,7 +103,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "securitySchemes": schemes,
         "defaultInputModes": media.declared(agent.input_modes),
         "defaultOutputModes": media.declared(agent.output_modes),
-        "skills": skills,
+        "skills": skills(agent),
     }
     if requirements:
         card["securityRequirements"] = requirements

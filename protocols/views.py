@@ -18,6 +18,7 @@ from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
 from tasks_app import streams
+from tasks_app.lifecycle import Dialect
 
 from . import dialects, endpoint
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
@@ -89,10 +90,20 @@ async def _frames_then_close(outcome: Streamed) -> AsyncIterator[bytes]:
 
 
 def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    """The A2A 1.0 card, at `.well-known/agent-card.json`."""
+    return _card(request, tenant, agent, dialects.default())
+
+
+def agent_card_v01_view(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    """The A2A 0.1 card, at `.well-known/agent.json` (where 0.1 clients look)."""
+    return _card(request, tenant, agent, dialects.named(Dialect.A2A_0_1))
+
+
+def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireDialect) -> HttpResponse:
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
-    body = orjson.dumps(dialects.default().card(found, base_url=_base_url(request)))
+    body = orjson.dumps(dialect.card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
     last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))

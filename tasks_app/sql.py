@@ -409,8 +409,14 @@ SELECT {_columns("t")},
        {_HISTORY.format(task="t") if history else "'[]'"},
        {_ARTIFACTS if artifacts else "'[]'"}
 FROM {T} t LEFT JOIN {M} sm ON sm.id = t.status_message_id
-WHERE t.id = %(task_id)s {"AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s" if for_caller else ""}
+WHERE {_FOR_CALLER if for_caller else "t.id = %(task_id)s"}
 """
+
+
+# The caller's task by its key or by the id its client chose (selectors.caller_task_q): each
+# arm on an index of its own (the key; agent, owner and client id).
+_FOR_CALLER = """(t.id = %(task_id)s::uuid OR t.client_task_id = %(client_id)s)
+  AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s"""
 
 
 TASK_READS = {

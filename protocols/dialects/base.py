@@ -25,3 +25,8 @@ class WireDialect:
     encode_task: TaskEncoder  # a TaskView as its get-task method returns it (the admin shows it too)
     card: Callable[..., dict[str, Any]]  # (agent, *, base_url) -> its agent card
     error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response
+    # The creating dialects (tasks_app.lifecycle.Dialect) of the tasks for which it answers a
+    # method it shares with another dialect of the same A2A-Version (a request without one:
+    # A2A 0.1 and 0.3 both have tasks/get). Of such dialects, the one that claims the named
+    # task's dialect answers; for any other task, the one that claims none (`dialects.by_task`).
+    claims: frozenset[str] = frozenset()

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import re
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +17,20 @@ from tasks_app import storable
 from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
 from tasks_app.errors import InvalidParams
 from tasks_app.lifecycle import EventKind, Role, TaskState
+
+from ..params import INT32_MAX, INT32_MIN, get, opt_bool, opt_int, opt_obj, opt_str, opt_str_list, required_str
+
+__all__ = [
+    "INT32_MAX",
+    "INT32_MIN",
+    "get",
+    "opt_bool",
+    "opt_int",
+    "opt_obj",
+    "opt_str",
+    "opt_str_list",
+    "required_str",
+]
 
 _STATE_TO_WIRE = {
     TaskState.SUBMITTED: "TASK_STATE_SUBMITTED",
@@ -46,22 +57,6 @@ _STATE_NUMBERS = {
 }
 _ROLES = {"ROLE_USER": Role.USER, "ROLE_AGENT": Role.AGENT, 1: Role.USER, 2: Role.AGENT}
 _ROLE_TO_WIRE = {Role.USER: "ROLE_USER", Role.AGENT: "ROLE_AGENT"}
-
-
-# --- fields ----------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=256)  # called with our own field names, a fixed set
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
-
-
-def get(obj: dict, camel: str) -> Any:
-    """A member by its JSON name or, as ProtoJSON parsers must also accept, its proto name."""
-    value = obj.get(camel)
-    if value is None and camel != (snake := _snake(camel)):
-        value = obj.get(snake)
-    return value
 
 
 # --- scalars ---------------------------------------------------------------------------
@@ -94,72 +89,6 @@ def parse_state(value: Any, where: str) -> str:
     if isinstance(value, str) and value in _WIRE_TO_STATE:
         return _WIRE_TO_STATE[value]
     raise InvalidParams(f"{where} must be a TaskState such as TASK_STATE_WORKING, got {storable.brief(value)}")
-
-
-def _typed(obj: dict, key: str, where: str, check: Callable[[Any], bool], what: str, empty: Any) -> Any:
-    """An optional member of the expected type, `empty` when absent; InvalidParams otherwise."""
-    value = get(obj, key)
-    if value is None:
-        return empty
-    if not check(value):
-        raise InvalidParams(f"{where}.{key} must be {what}")
-    return value
-
-
-def _bounded(value: str, where: str, max_length: int | None) -> str:
-    if max_length is not None and len(value) > max_length:
-        raise InvalidParams(f"{where} is longer than {max_length} characters")
-    return value
-
-
-def opt_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str | None:
-    value = _typed(obj, key, where, lambda v: isinstance(v, str), "a string", None)
-    return None if value is None else _bounded(value, f"{where}.{key}", max_length)
-
-
-def required_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str:
-    value = get(obj, key)
-    if not isinstance(value, str) or not value:
-        raise InvalidParams(f"{where}.{key} is required and must be a non-empty string")
-    return _bounded(value, f"{where}.{key}", max_length)
-
-
-def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
-    return _typed(obj, key, where, lambda v: isinstance(v, dict), "an object", {})
-
-
-def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
-    return _typed(
-        obj, key, where, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings", []
-    )
-
-
-def opt_bool(obj: dict, key: str, where: str) -> bool | None:
-    return _typed(obj, key, where, lambda v: isinstance(v, bool), "true or false", None)
-
-
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-_DECIMAL = re.compile(r"-?[0-9]+")
-
-
-def opt_int(obj: dict, key: str, where: str, *, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int | None:
-    """An int32: as ProtoJSON has it, a JSON number with an integral value or a decimal string."""
-    value = get(obj, key)
-    if value is None:
-        return None
-    if isinstance(value, str) and _DECIMAL.fullmatch(value):
-        if len(value) > 11:  # more digits than any int32 has (and Python caps long conversions)
-            raise InvalidParams(f"{where}.{key} must be between {minimum} and {maximum}, got {storable.brief(value)}")
-        value = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidParams(f"{where}.{key} must be an integer")
-    if value < minimum:
-        raise InvalidParams(f"{where}.{key} must be at least {minimum}, got {value}")
-    if value > maximum:
-        raise InvalidParams(f"{where}.{key} must be at most {maximum}, got {value}")
-    return value
 
 
 # --- parts -----------------------------------------------------------------------------
@@ -317,7 +246,8 @@ def encode_event(task_id: str, context_id: str, kind: str, payload: dict[str, An
         message = payload.get("message")
         status = encode_status(
             payload["state"],
-            MessageView.from_payload(message) if message else None,
+            # The message names the task by the id it is shown by (`task_id`), not its key.
+            MessageView.from_payload({**message, "task_id": task_id}) if message else None,
             datetime.fromisoformat(payload["timestamp"]),
         )
         return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": status}}
@@ -333,7 +263,7 @@ def encode_event(task_id: str, context_id: str, kind: str, payload: dict[str, An
             }
         }
     if kind == EventKind.MESSAGE:
-        return {"message": encode_message(MessageView.from_payload(payload["message"]))}
+        return {"message": encode_message(MessageView.from_payload({**payload["message"], "task_id": task_id}))}
     raise ValueError(f"unknown event kind {kind!r}")
 
 

@@ -1,0 +1,94 @@
+"""Readers of a request's params that every dialect shares: a member by its JSON name (or, as
+ProtoJSON parsers must also accept, its proto name), typed and bounded, each refusal an
+InvalidParams naming the field's path. Pure functions."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable
+from typing import Any
+
+from tasks_app import storable
+from tasks_app.errors import InvalidParams
+
+# --- fields ----------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)  # called with our own field names, a fixed set
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
+
+
+def get(obj: dict, camel: str) -> Any:
+    """A member by its JSON name or, as ProtoJSON parsers must also accept, its proto name."""
+    value = obj.get(camel)
+    if value is None and camel != (snake := _snake(camel)):
+        value = obj.get(snake)
+    return value
+
+
+def _typed(obj: dict, key: str, where: str, check: Callable[[Any], bool], what: str, empty: Any) -> Any:
+    """An optional member of the expected type, `empty` when absent; InvalidParams otherwise."""
+    value = get(obj, key)
+    if value is None:
+        return empty
+    if not check(value):
+        raise InvalidParams(f"{where}.{key} must be {what}")
+    return value
+
+
+def _bounded(value: str, where: str, max_length: int | None) -> str:
+    if max_length is not None and len(value) > max_length:
+        raise InvalidParams(f"{where} is longer than {max_length} characters")
+    return value
+
+
+def opt_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str | None:
+    value = _typed(obj, key, where, lambda v: isinstance(v, str), "a string", None)
+    return None if value is None else _bounded(value, f"{where}.{key}", max_length)
+
+
+def required_str(obj: dict, key: str, where: str, *, max_length: int | None = None) -> str:
+    value = get(obj, key)
+    if not isinstance(value, str) or not value:
+        raise InvalidParams(f"{where}.{key} is required and must be a non-empty string")
+    return _bounded(value, f"{where}.{key}", max_length)
+
+
+def opt_obj(obj: dict, key: str, where: str) -> dict[str, Any]:
+    return _typed(obj, key, where, lambda v: isinstance(v, dict), "an object", {})
+
+
+def opt_str_list(obj: dict, key: str, where: str) -> list[str]:
+    return _typed(
+        obj, key, where, lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "a list of strings", []
+    )
+
+
+def opt_bool(obj: dict, key: str, where: str) -> bool | None:
+    return _typed(obj, key, where, lambda v: isinstance(v, bool), "true or false", None)
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+_DECIMAL = re.compile(r"-?[0-9]+")
+
+
+def opt_int(obj: dict, key: str, where: str, *, minimum: int = INT32_MIN, maximum: int = INT32_MAX) -> int | None:
+    """An int32: as ProtoJSON has it, a JSON number with an integral value or a decimal string."""
+    value = get(obj, key)
+    if value is None:
+        return None
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        if len(value) > 11:  # more digits than any int32 has (and Python caps long conversions)
+            raise InvalidParams(f"{where}.{key} must be between {minimum} and {maximum}, got {storable.brief(value)}")
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParams(f"{where}.{key} must be an integer")
+    if value < minimum:
+        raise InvalidParams(f"{where}.{key} must be at least {minimum}, got {value}")
+    if value > maximum:
+        raise InvalidParams(f"{where}.{key} must be at most {maximum}, got {value}")
+    return value
