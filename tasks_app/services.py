@@ -657,7 +657,9 @@ def artifact_append(
     return artifact.artifact_id
 
 
-def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dict[str, Any]:
+def _artifact_payload(artifact: NewArtifact, name: str, description: str, index: int = 0) -> dict[str, Any]:
+    """An artifact event's payload; `index` is the artifact's place among the task's (how many
+    were made before it: A2A 0.1 numbers artifacts), which the one-statement write sets itself."""
     return {
         "artifact": {
             "artifact_id": artifact.artifact_id,
@@ -669,6 +671,7 @@ def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dic
         },
         "append": artifact.append,
         "last_chunk": artifact.last_chunk,
+        "index": index,
     }
 
 
@@ -717,8 +720,13 @@ def _artifact_store(task: Task, artifact: NewArtifact) -> None:
             update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
         )
     # The event names the artifact as stored: a chunk keeps the name of its first chunk.
+    if stored.pk is None:  # a bulk insert that did not hand the key back
+        stored = Artifact.objects.get(task=task, artifact_id=artifact.artifact_id)
+    index = Artifact.objects.filter(task=task, pk__lt=stored.pk).count()
     _event_append(
-        task=task, kind=EventKind.ARTIFACT, payload=_artifact_payload(artifact, stored.name, stored.description)
+        task=task,
+        kind=EventKind.ARTIFACT,
+        payload=_artifact_payload(artifact, stored.name, stored.description, index),
     )
 
 
