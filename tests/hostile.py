@@ -301,9 +301,116 @@ def _build_message(descriptor: Descriptor, pools: Pools, depth: int) -> st.Searc
     return build()
 
 
+# --- A2A 0.1 ------------------------------------------------------------------------------------
+# Its params follow the 0.1 document's TaskSendParams, TaskQueryParams, TaskIdParams and
+# TaskPushNotificationConfig (it has no schema the SDK ships): the shapes below, then mutated
+# like any other. Its clients send no A2A-Version (or 0.1), and choose their tasks' ids.
+
+V01_METHODS = (
+    "tasks/send",
+    "tasks/sendSubscribe",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/pushNotification/set",
+    "tasks/pushNotification/get",
+    "tasks/resubscribe",
+)
+V01_STREAMING = frozenset({"tasks/sendSubscribe", "tasks/resubscribe"})
+# The members each 0.1 method reads.
+V01_MEMBERS = {
+    "tasks/send": {
+        "id",
+        "sessionId",
+        "message",
+        "historyLength",
+        "pushNotification",
+        "metadata",
+        "acceptedOutputModes",
+    },
+    "tasks/get": {"id", "historyLength", "metadata"},
+    "tasks/cancel": {"id", "metadata"},
+    "tasks/pushNotification/set": {"id", "pushNotificationConfig"},
+    "tasks/pushNotification/get": {"id"},
+    "tasks/resubscribe": {"id", "historyLength", "metadata"},
+}
+V01_MEMBERS["tasks/sendSubscribe"] = V01_MEMBERS["tasks/send"]
+
+
+def _v01_ids(pools: Pools) -> st.SearchStrategy:
+    # The pools' tasks (made in 1.0: reachable by their ids), ids a client might choose (a
+    # UUID's hex, long enough for an anonymous caller; short ones, which are not).
+    return _ids(pools) | st.uuids().map(lambda u: u.hex)
+
+
+def _v01_push(pools: Pools) -> st.SearchStrategy:
+    return st.fixed_dictionaries(
+        {"url": st.sampled_from(pools.urls)},
+        optional={
+            "token": st.text(max_size=12),
+            "authentication": st.fixed_dictionaries(
+                {"schemes": st.lists(st.sampled_from(["Bearer", "jwt", "Basic"]), min_size=0, max_size=2)},
+                optional={"credentials": st.text(max_size=12)},
+            ),
+        },
+    )
+
+
+def _v01_part(pools: Pools) -> st.SearchStrategy:
+    metadata = {"metadata": st.dictionaries(st.text(max_size=6), json_values(3), max_size=2)}
+    file = st.fixed_dictionaries(
+        {},
+        optional={
+            "bytes": st.binary(max_size=12).map(lambda b: base64.b64encode(b).decode()),
+            "uri": st.sampled_from(pools.urls),
+            "mimeType": st.sampled_from(MEDIA_TYPES),
+            "name": st.text(max_size=8),
+        },
+    )
+    return st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}, optional=metadata),
+        st.fixed_dictionaries({"type": st.just("file"), "file": file}, optional=metadata),
+        st.fixed_dictionaries(
+            {"type": st.just("data"), "data": st.dictionaries(st.text(max_size=6), json_values(3), max_size=3)},
+            optional=metadata,
+        ),
+    )
+
+
+def _v01_params(method: str, pools: Pools) -> st.SearchStrategy[dict]:
+    ids = _v01_ids(pools)
+    history = st.integers(-2, 20) | st.sampled_from(["3", 1.5, None])
+    metadata = st.dictionaries(st.text(max_size=6), json_values(3), max_size=2)
+    if method in ("tasks/send", "tasks/sendSubscribe"):
+        message = st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user"] * 5 + ["agent"]),
+                "parts": st.lists(_v01_part(pools), min_size=1, max_size=3),
+            },
+            optional={"metadata": metadata},
+        )
+        return st.fixed_dictionaries(
+            {"id": ids, "message": message},
+            optional={
+                "sessionId": st.sampled_from(pools.context_ids) if pools.context_ids else st.text(max_size=8),
+                "historyLength": history,
+                "pushNotification": _v01_push(pools),
+                "metadata": metadata,
+                "acceptedOutputModes": st.lists(st.sampled_from(MEDIA_TYPES), max_size=2),
+            },
+        )
+    if method == "tasks/pushNotification/set":
+        return st.fixed_dictionaries({"id": ids, "pushNotificationConfig": _v01_push(pools)})
+    optional: dict[str, st.SearchStrategy] = {"metadata": metadata}
+    if method in ("tasks/get", "tasks/resubscribe"):
+        optional["historyLength"] = history
+    return st.fixed_dictionaries({"id": ids}, optional=optional)
+
+
 def params_for(method: str, pools: Pools) -> st.SearchStrategy[dict]:
     """Schema-following params of `method`, with the one member the server reads beyond the
     schema: SubscribeToTask's `lastEventId` (the SSE resume point, also a header)."""
+    if method in V01_MEMBERS:
+        return pools.cached(("v01", method), lambda: _v01_params(method, pools))
     base = message_of(METHODS[method], pools)
     if method != "SubscribeToTask":
         return base
@@ -586,6 +693,7 @@ def envelope(draw, method: str, params: Any, *, broken: bool) -> Any:
                     "__init__",
                 ]
                 + list(METHODS)
+                + list(V01_METHODS)
             )
         )
     elif change == "params":
@@ -866,8 +974,11 @@ def headers_for(draw, method: str, key: str, *, odd_content_types: bool = False)
         content_type = draw(CONTENT_TYPES)
     if content_type is not None:
         headers["Content-Type"] = content_type
-    # A2A-Version 1.0 most of the time: that is what gets a request through to its params.
-    if draw(st.integers(0, 99)) < 8:
+    # A2A-Version 1.0 most of the time: that is what gets a request through to its params
+    # (for A2A 0.1, none or 0.1: its clients send none).
+    if method in V01_MEMBERS and draw(st.integers(0, 99)) >= 8:
+        version = draw(st.sampled_from([None, None, None, b"0.1", b"0.1.0"]))
+    elif draw(st.integers(0, 99)) < 8:
         version = draw(st.sampled_from([None, b"0.3", b"1", b"1.0.0", b"", b"2.0", b"1.0, 0.3"]) | HEADER_JUNK)
     else:
         version = b"1.0"
@@ -930,6 +1041,7 @@ def requests(
                     [
                         "?A2A-Version=1.0",
                         "?A2A-Version=0.3",
+                        "?A2A-Version=0.1",
                         "?A2A-Version=%00",
                         "?A2A-Version=%FF%FE",
                         "?x=1&x=2",
@@ -953,7 +1065,7 @@ def requests(
             allowed_ids=allowed,
             valid_key=presented == "valid",
             key_presented=bool(headers.get("X-API-Key")),
-            streams=name in STREAMING,
+            streams=name in STREAMING or name in V01_STREAMING,
         )
 
     return build()

@@ -50,7 +50,11 @@ from tests.hostile import Broken, HostileRequest, Pools
 LONG = os.environ.get("HOSTILE_PROFILE") == "long"
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "1700")) if LONG else None
 KEEP_GOING = LONG or os.environ.get("HOSTILE_KEEP_GOING") == "1"
-CASES = [*sorted(hostile.METHODS), None]  # None: the envelope case (any method, envelope and body broken)
+CASES = [
+    *sorted(hostile.METHODS),
+    *hostile.V01_METHODS,
+    None,
+]  # None: the envelope case (any method, envelope and body broken)
 PATHS = {"keyed": "/agents/acme/echo/", "public": "/agents/acme/conformance/"}
 # In-process the resolver is faked, so a name may be given too: push configs then get made.
 IN_PROCESS_URLS = (*hostile.LIVE_URLS, "https://push.example.test/hook")
@@ -547,5 +551,9 @@ def test_live_requests_follow_the_schema_and_the_network_rules(data, method):
         assert not set(value) & {0, 10, 13} and value == value.strip(b" \t"), (name, value)
         assert not set(value) & hostile.DAPHNE_REFUSES, (name, value)
     unmutated = data.draw(hostile.params_for(method or "SendMessage", pools))
-    known = {f.json_name for f in hostile.METHODS[method or "SendMessage"].fields} | {"lastEventId"}
+    known = (
+        hostile.V01_MEMBERS[method]
+        if method in hostile.V01_MEMBERS
+        else {f.json_name for f in hostile.METHODS[method or "SendMessage"].fields} | {"lastEventId"}
+    )
     assert set(unmutated) <= known
