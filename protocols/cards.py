@@ -61,7 +61,7 @@ def security(agent: Agent) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def skills(agent: Agent) -> list[dict[str, Any]]:
-    """The agent's skills as cards list them (the same members in 1.0 and 0.3)."""
+    """The agent's skills as A2A writes them (the same shape from 0.1 to 1.0)."""
     return [
         {
             "id": s.get("id", ""),
@@ -77,6 +77,10 @@ def skills(agent: Agent) -> list[dict[str, Any]]:
     ]
 
 
+def provider(agent: Agent, *, base_url: str) -> dict[str, str]:
+    return {"organization": agent.provider_organization or agent.tenant.name, "url": agent.provider_url or base_url}
+
+
 def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
     url = f"{base_url}{agent.path}"
     schemes, requirements = security(agent)
@@ -86,10 +90,7 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
         "supportedInterfaces": [
             {"url": url, "protocolBinding": binding.name, "protocolVersion": "1.0"} for binding in BINDINGS
         ],
-        "provider": {
-            "organization": agent.provider_organization or agent.tenant.name,
-            "url": agent.provider_url or base_url,
-        },
+        "provider": provider(agent, base_url=base_url),
         "version": agent.version,
         **({"iconUrl": agent.icon_url} if agent.icon_url else {}),
         **({"documentationUrl": agent.documentation_url} if agent.documentation_url else {}),

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from accounts.models import Agent
 from accounts.selectors import Principal
-from tasks_app import storable, streams
+from tasks_app import dbcalls, selectors, storable, streams
 from tasks_app.errors import (
     STORE_ERRORS,
     STORE_RETRY_AFTER,
@@ -128,6 +128,20 @@ async def _handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
     return await _call(binding, request, incoming, found, principal)
 
 
+async def _by_task(
+    candidates: list[dialects.WireDialect], incoming: Incoming, agent: Agent, principal: Principal
+) -> dialects.WireDialect:
+    """A method several header-less dialects have (tasks/get of A2A 0.1 and 0.3) is answered in
+    the dialect of the task its `params.id` names, looked up for this caller (one query)."""
+    task_id = incoming.params.get("id")
+    found = (
+        await dbcalls.run(selectors.task_key_for_caller, agent=agent, principal=principal, task_id=task_id)
+        if isinstance(task_id, str)
+        else None
+    )
+    return dialects.by_task(candidates, found[1] if found is not None else None)
+
+
 async def _call(
     binding: Binding, request: AgentRequest, incoming: Incoming, agent: Agent, principal: Principal
 ) -> Reply | Streamed:
@@ -136,13 +150,14 @@ async def _call(
     dialect = None
     try:
         version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
-        dialect = dialects.for_request(version, incoming.method)
-        if dialect is None and (missing_version := dialects.version_missing(version, incoming.method)):
+        candidates = dialects.for_request(version, incoming.method)
+        if not candidates and (missing_version := dialects.version_missing(version, incoming.method)):
             raise missing_version
-        if dialect is None:
+        if not candidates:
             message = f"method {storable.brief(incoming.method)} not found"
             fault = Fault(200, jsonrpc.METHOD_NOT_FOUND, message, "METHOD_NOT_FOUND")
             return binding.fault(incoming.id, fault, request)
+        dialect = candidates[0] if len(candidates) == 1 else await _by_task(candidates, incoming, agent, principal)
         extra = activation.echo(dialect.extension_headers)
         extensions.check_required(agent, activation)
         context = Call(

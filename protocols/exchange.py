@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack, aclosing, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -55,6 +55,13 @@ class Send:
     return_immediately: bool
     metadata: dict[str, Any]
     push: PushConfigInput | None  # an inline push config, checked by `push_config_check`
+    # The id the client chose for its task (A2A 0.1): the caller's task of that id is
+    # continued, or else a new task is made that keeps it (`services.message_receive`).
+    client_task_id: str | None = None
+    # States in which this dialect's follow-up re-opens a task (A2A 0.1: completed).
+    reopen: frozenset[str] = frozenset()
+    # Whether the dialect has bare-message answers; without, a reply is the completed task.
+    bare_replies: bool = True
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,25 @@ def activation(call: Call, sent: Send) -> list[dict[str, Any]]:
     ]
 
 
+def _resolved(call: Call, sent: Send) -> Send:
+    """The send with the task it names by the client's id (or a non-UUID id) resolved to the
+    task's key, so that a watch goes up under the key hints and streams use: one query, which
+    only sends that name a task that way cost."""
+    named = sent.client_task_id or sent.message.task_id
+    if named is None:
+        return sent
+    found = selectors.task_key_for_caller(agent=call.agent, principal=call.principal, task_id=named)
+    if found is None:
+        return sent  # a new task under the client's id, or (a taskId) the follow-up's TaskNotFound
+    return replace(sent, message=replace(sent.message, task_id=str(found[0])), client_task_id=None)
+
+
+def _needs_lookup(sent: Send) -> bool:
+    return bool(sent.client_task_id) or (
+        sent.message.task_id is not None and parse_task_id(sent.message.task_id) is None
+    )
+
+
 def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
     """Store the message (and an inline push config) and queue the agent."""
     message, push = sent.message, sent.push
@@ -163,6 +189,8 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
             accepted_output_modes=sent.accepted,
             metadata=sent.metadata,
             new_task_id=None if message.task_id else uuid.UUID(task_id),
+            client_task_id=None if message.task_id else sent.client_task_id,
+            reopen=sent.reopen,
             activated_extensions=activation(call, sent),
         )
         if push and not message.task_id:
@@ -172,16 +200,17 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
     return task, stored
 
 
-def answer_for(task_id: Any, history_length: int | None, *, as_reply: bool) -> Answer:
-    """The task as a send answers it, or (as_reply) the bare reply it stands for; an agent
-    that broke its contract is the caller's InvalidAgentResponse."""
+def answer_for(task_id: Any, history_length: int | None, *, as_reply: bool, bare: bool = True) -> Answer:
+    """The task as a send answers it, or (as_reply) the bare reply it stands for (unless the
+    dialect has none: `bare`); an agent that broke its contract is the caller's
+    InvalidAgentResponse."""
     found = selectors.task_with_view(task_id, history_length=history_length)
     if found is None:
         raise TaskNotFound(f"task {task_id!r} not found")
     task, view = found
     if as_reply and task.failure == Failure.INVALID_RESPONSE:
         raise InvalidAgentResponse(f"task {task.pk} failed: {selectors.failure_reason(task)}")
-    if as_reply and view.reply_only and view.status_message is not None:
+    if as_reply and bare and view.reply_only and view.status_message is not None:
         return Answer(reply=view.status_message)
     return Answer(task=view)
 
@@ -190,33 +219,37 @@ async def send(call: Call, sent: Send) -> Answer:
     """Store the message, queue the agent; answer at once (return_immediately) or once the
     task settles (or A2A_BLOCKING_TIMEOUT passes)."""
     history_length = sent.history_length
+    if _needs_lookup(sent):
+        sent = await dbcalls.run(_resolved, call, sent)
     # Whatever the worker does after the commit wakes us, so there is nothing to read until a hint comes.
     task_id = _watch_id(sent.message)
 
-    def receive() -> Answer | None:
+    def receive() -> tuple[Answer | None, str]:
         task, stored = _receive(call, sent, task_id)
         if not sent.return_immediately:
-            return None
+            return None, str(task.pk)
         if sent.message.task_id:  # a follow-up: the history is longer than what we just wrote
-            return answer_for(task.pk, history_length, as_reply=False)
-        return Answer(
-            task=selectors.task_view(
-                task, history_length=history_length, include_artifacts=False, known_history=[stored]
-            )
-        )
+            return answer_for(task.pk, history_length, as_reply=False), str(task.pk)
+        view = selectors.task_view(task, history_length=history_length, include_artifacts=False, known_history=[stored])
+        return Answer(task=view), str(task.pk)
 
     async with hints.watch(task_id) as watch:
-        immediate = await dbcalls.run(receive)
+        immediate, key = await dbcalls.run(receive)
         if immediate is not None:
             return immediate
-        await wait_until_settled(
-            task_id,
-            timeout=settings.A2A_BLOCKING_TIMEOUT,
-            watch=watch,
-            read_first=False,
-            trust_settling_hints=not sent.message.task_id,
-        )
-    return await dbcalls.run(answer_for, task_id, history_length, as_reply=True)
+        if key == task_id:
+            await wait_until_settled(
+                task_id,
+                timeout=settings.A2A_BLOCKING_TIMEOUT,
+                watch=watch,
+                read_first=False,
+                trust_settling_hints=not sent.message.task_id,
+            )
+    if key != task_id:
+        # The UUID the client sent was the id another client chose for this task, not its
+        # key: the watch was on the wrong key, so read first and watch the right one.
+        await wait_until_settled(key, timeout=settings.A2A_BLOCKING_TIMEOUT, trust_settling_hints=False)
+    return await dbcalls.run(answer_for, key, history_length, as_reply=True, bare=sent.bare_replies)
 
 
 async def _events(
@@ -236,6 +269,8 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
     """Store the message, queue the agent, and stream: the task (or only the agent's bare
     reply to a new exchange), then its events until the exchange waits on the client again."""
     require_streaming(call.agent)
+    if _needs_lookup(sent):
+        sent = await dbcalls.run(_resolved, call, sent)
     message, history_length = sent.message, sent.history_length
     task_id = _watch_id(message)
     resources = AsyncExitStack()
@@ -245,7 +280,7 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
         task, stored = _receive(call, sent, task_id)
         if message.task_id:
             found = selectors.task_snapshot(
-                agent=call.agent, principal=call.principal, task_id=task_id, history_length=history_length
+                agent=call.agent, principal=call.principal, task_id=str(task.pk), history_length=history_length
             )
             if found is None:  # it was the caller's a moment ago, in this transaction's snapshot
                 raise TaskNotFound(f"task {task_id!r} not found")
@@ -258,10 +293,14 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
 
     try:
         seq, snapshot = await dbcalls.run(receive)
+        if snapshot.key != task_id:
+            # The UUID sent was another client's chosen id, not the key: follow the key (the
+            # tail reads the log from the snapshot's seq first, so nothing is missed).
+            feed = await resources.enter_async_context(streams.follow(snapshot.key))
     except BaseException:
         await resources.aclose()
         raise
-    fresh = not message.task_id
+    fresh = not message.task_id and sent.bare_replies
 
     async def items() -> AsyncGenerator[Item, None]:
         if fresh:
@@ -280,7 +319,7 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
                 yield first.seq, MessageView.from_payload(first.payload["message"])
                 return
         yield seq, snapshot
-        async for item in _events(feed, task_id, snapshot.context_id, after=seq, until=SETTLED):
+        async for item in _events(feed, snapshot.id, snapshot.context_id, after=seq, until=SETTLED):
             yield item
 
     return EventStream(items(), resources)
@@ -301,13 +340,22 @@ def last_event_id(raw: Any) -> int | None:
     return value
 
 
-async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> EventStream:
-    """Follow the caller's task: its snapshot and then its events until it is over, or (with
-    `resume_after`) exactly the events after that one, then live ones."""
+async def subscribe(
+    call: Call, task_id: str, *, resume_after: int | None, until: frozenset[str] = TERMINAL
+) -> EventStream:
+    """Follow the caller's task: its snapshot and then its events until it is over (or, for a
+    dialect whose streams end sooner, reaches a state in `until`), or (with `resume_after`)
+    exactly the events after that one, then live ones."""
     require_streaming(call.agent)
     canonical = parse_task_id(task_id)
     if canonical is None:
-        raise TaskNotFound(f"task {task_id!r} not found")
+        # Not a key: the id a client chose (A2A 0.1). Its key first, to follow it.
+        found_key = await dbcalls.run(
+            selectors.task_key_for_caller, agent=call.agent, principal=call.principal, task_id=task_id
+        )
+        if found_key is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        canonical = found_key[0]
     resources = AsyncExitStack()
     # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
     feed = await resources.enter_async_context(streams.follow(canonical))
@@ -316,6 +364,9 @@ async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> Ev
         if found is None:
             raise TaskNotFound(f"task {task_id!r} not found")
         view, seq = found
+        if view.key != str(canonical):
+            # The UUID was a client's chosen id: follow the key (the tail reads from seq first).
+            feed = await resources.enter_async_context(streams.follow(view.key))
         if resume_after is None and view.state in TERMINAL:
             raise UnsupportedOperation(f"task {view.id} is {view.state}; a finished task has no events to follow")
         if resume_after is not None and resume_after > seq:
@@ -332,7 +383,7 @@ async def subscribe(call: Call, task_id: str, *, resume_after: int | None) -> Ev
         # A subscription lasts until the task is over: an input-required task goes on
         # once the client answers, and the subscriber sees that too.
         after = seq if resume_after is None else resume_after
-        async for item in _events(feed, view.id, view.context_id, after=after, until=TERMINAL):
+        async for item in _events(feed, view.id, view.context_id, after=after, until=until):
             yield item
 
     return EventStream(items(), resources)

@@ -49,6 +49,12 @@ ROUTES = [
     Route(
         path("agents/<slug:tenant>/<slug:agent>/.well-known/agent-card.json", views.agent_card_view, name="agent-card")
     ),
+    # A2A 0.1's card, where its clients look for it.
+    Route(
+        path(
+            "agents/<slug:tenant>/<slug:agent>/.well-known/agent.json", views.agent_card_v01_view, name="agent-card-v01"
+        )
+    ),
     # Any segment reaches the endpoint, which answers in JSON-RPC that nothing is there: a
     # client of the endpoint parses JSON-RPC.
     Route(path("agents/<str:tenant>/<str:agent>/", views.agent_rpc, name="agent-rpc"), _agent_rpc),

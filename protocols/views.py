@@ -18,6 +18,7 @@ from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
 from tasks_app import streams
+from tasks_app.lifecycle import Dialect
 
 from . import dialects, endpoint
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
@@ -89,14 +90,25 @@ async def _frames_then_close(outcome: Streamed) -> AsyncIterator[bytes]:
 
 
 def agent_card_view(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    """The A2A 1.0 card (or the one of the version the request names), at `.well-known/agent-card.json`."""
+    return _card(request, tenant, agent, None)
+
+
+def agent_card_v01_view(request: HttpRequest, tenant: str, agent: str) -> HttpResponse:
+    """The A2A 0.1 card, at `.well-known/agent.json` (where 0.1 clients look)."""
+    return _card(request, tenant, agent, dialects.named(Dialect.A2A_0_1))
+
+
+def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireDialect | None) -> HttpResponse:
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
-    # A2A 1.0's card unless the request names another version (docs/dialects.md): the two
-    # cards cannot be one document.
-    query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
-    version = (request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip()
-    body = orjson.dumps(dialects.card_for(version).card(found, base_url=_base_url(request)))
+    if dialect is None:
+        # A2A 1.0's card unless the request names another version (docs/dialects.md): the
+        # 1.0 and 0.3 cards cannot be one document.
+        query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
+        dialect = dialects.card_for((request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip())
+    body = orjson.dumps(dialect.card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
     last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))

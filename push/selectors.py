@@ -16,7 +16,7 @@ from accounts.sealing import Unsealable, unseal
 from accounts.selectors import Principal
 from tasks_app.errors import InvalidParams, TaskNotFound
 from tasks_app.models import Task
-from tasks_app.selectors import task_for_caller
+from tasks_app.selectors import display_id, task_for_caller
 
 from .domain import REDACTED, PushConfigView
 from .models import PushConfig
@@ -31,10 +31,12 @@ def _task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Tas
     return task
 
 
-def config_view(config: PushConfig) -> PushConfigView:
+def config_view(config: PushConfig, *, task: Task | None = None) -> PushConfigView:
+    """The config as its owner reads it; `task` (its task, when the caller holds it) names the
+    task by the id it is shown by (the client's own for an A2A 0.1 task)."""
     return PushConfigView(
         config_id=config.config_id,
-        task_id=str(config.task_id),
+        task_id=display_id(task) if task is not None else str(config.task_id),
         url=config.url,
         token=_unsealed_or_blank(config, config.token_sealed, "token"),
         auth_scheme=config.auth_scheme,
@@ -60,7 +62,7 @@ def config_for_caller(*, agent: Agent, principal: Principal, task_id: str, confi
     if config is None:
         # A2A has no code of its own for a missing config: it is reported like a missing task.
         raise TaskNotFound(f"push notification config {config_id!r} not found on task {task_id}")
-    return config_view(config)
+    return config_view(config, task=task)
 
 
 def _page_token(pk: int) -> str:
@@ -87,7 +89,7 @@ def configs_for_caller(
         configs = configs.filter(pk__gt=_after_pk(page_token))
     page = list(configs[: page_size + 1])
     next_token = _page_token(page[page_size - 1].pk) if len(page) > page_size else ""
-    return [config_view(c) for c in page[:page_size]], next_token
+    return [config_view(c, task=task) for c in page[:page_size]], next_token
 
 
 def live_config_pks(task_id: Any) -> list[int]:

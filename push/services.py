@@ -85,6 +85,7 @@ def config_create(
             else None
         )
         if existing is not None:
+            existing.task = task  # the row locked above: its id is shown without a query
             # Same id: the client moved its endpoint or renewed its secrets. The cursor stays,
             # so what was delivered is not delivered again.
             for name, value in fields.items():
@@ -187,7 +188,9 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     return Due(
         config_pk=config.pk,
         event_pk=event.pk,
-        task_id=str(config.task_id),
+        # The id the task is shown by (the client's own for an A2A 0.1 task): what the
+        # receiver knows it by, in the body and the signed claims.
+        task_id=config.task.client_task_id or str(config.task_id),
         context_id=config.task.context_id,
         dialect=config.task.dialect,
         seq=event.seq,

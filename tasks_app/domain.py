@@ -100,6 +100,10 @@ class TaskView:
     artifacts: list[ArtifactView]
     metadata: dict[str, Any]
     reply_only: bool = False
+    # The task's primary key (what hints and streams key on; `id` is what clients are shown:
+    # the client's own id for a task whose client chose it) and the dialect that created it.
+    key: str = ""
+    dialect: str = ""
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from contextlib import nullcontext
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -17,17 +18,51 @@ from django.db.models import Count, Q
 from accounts.models import Agent
 from accounts.selectors import Principal
 
-from . import sql
+from . import sql, storable
 from .domain import ArtifactView, MessageView, TaskView, parse_task_id
 from .errors import InvalidParams
 from .lifecycle import Role, TaskState
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 
 
-def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
-    if parse_task_id(task_id) is None:
+def caller_task_q(*, agent: Agent, principal: Principal, task_id: str) -> Q | None:
+    """The caller's task named by `task_id`: the id its creator was shown, i.e. the server's
+    UUID or, for a task whose client chose its id (A2A 0.1), the client's. Both are looked for
+    (a client's id may itself read as a UUID), always within the agent and the caller's own
+    tasks, so a client-chosen id never reaches another owner's or tenant's task. None when
+    `task_id` can be neither."""
+    if not isinstance(task_id, str) or not task_id or len(task_id) > storable.ID_LENGTH:
         return None
-    return Task.objects.select_related("status_message").filter(pk=task_id, agent=agent, owner=principal.name).first()
+    pk = parse_task_id(task_id)
+    named = Q(client_task_id=task_id) if pk is None else Q(pk=pk) | Q(client_task_id=task_id)
+    return named & Q(agent=agent, owner=principal.name)
+
+
+def task_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task | None:
+    where = caller_task_q(agent=agent, principal=principal, task_id=task_id)
+    if where is None:
+        return None
+    return Task.objects.select_related("status_message").filter(where).first()
+
+
+def task_key_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> tuple[uuid.UUID, str] | None:
+    """The primary key and the creating dialect of the caller's task named by `task_id` (as
+    `caller_task_q`), in one indexed query: what a wake-up watch keys on, and what tells which
+    dialect a request for that task speaks. None if there is no such task of theirs."""
+    where = caller_task_q(agent=agent, principal=principal, task_id=task_id)
+    if where is None:
+        return None
+    return Task.objects.filter(where).values_list("pk", "dialect").first()
+
+
+def display_id(task: Task) -> str:
+    """The id a task is shown by in every dialect: the one its creator gave it."""
+    return task.client_task_id or str(task.pk)
+
+
+def _shown_as(messages: list[MessageView], task_id: str) -> list[MessageView]:
+    """Messages naming their task by the id it is shown by (stored rows name its key)."""
+    return [m if m.task_id == task_id else replace(m, task_id=task_id) for m in messages]
 
 
 def message_view(m: Message) -> MessageView:
@@ -55,16 +90,29 @@ def _artifact_view(a: Artifact) -> ArtifactView:
 
 
 def _view(task: Task, history: list[MessageView], artifacts: list[ArtifactView]) -> TaskView:
+    status_message = message_view(task.status_message) if task.status_message is not None else None
+    return _view_of(task, status_message, history, artifacts)
+
+
+def _view_of(
+    task: Task, status_message: MessageView | None, history: list[MessageView], artifacts: list[ArtifactView]
+) -> TaskView:
+    shown = display_id(task)
+    if task.client_task_id:
+        history = _shown_as(history, shown)
+        status_message = _shown_as([status_message], shown)[0] if status_message is not None else None
     return TaskView(
-        id=str(task.id),
+        id=shown,
         context_id=task.context_id,
         state=task.state,
-        status_message=message_view(task.status_message) if task.status_message is not None else None,
+        status_message=status_message,
         status_timestamp=task.status_timestamp,
         history=history,
         artifacts=artifacts,
         metadata=task.metadata,
         reply_only=task.reply_only,
+        key=str(task.pk),
+        dialect=task.dialect,
     )
 
 
@@ -119,8 +167,13 @@ def task_with_view(
     """A task and its view in one read (None if it does not exist, or, given `agent` and
     `principal`, is not theirs). On Postgres it is one query that has the database build the
     history and the artifacts as JSON; on SQLite, the ORM reads of `task_view`."""
-    pk = parse_task_id(task_id)
-    if pk is None:
+    for_caller = agent is not None and principal is not None
+    pk = parse_task_id(str(task_id))
+    if agent is not None and principal is not None:
+        # The caller's task by either of its ids (`caller_task_q`).
+        if caller_task_q(agent=agent, principal=principal, task_id=task_id) is None:
+            return None
+    elif pk is None:
         return None
     if not sql.available():
         task = (
@@ -132,9 +185,8 @@ def task_with_view(
             return None
         return task, task_view(task, history_length=history_length, include_artifacts=include_artifacts)
     params: dict[str, Any] = {"task_id": pk}  # Python reads forms of a UUID ("urn:uuid:…") Postgres does not
-    for_caller = agent is not None and principal is not None
     if agent is not None and principal is not None:
-        params.update(agent_id=agent.pk, owner=principal.name)
+        params.update(agent_id=agent.pk, owner=principal.name, client_id=task_id)
     statement = sql.TASK_READS[(for_caller, history_length != 0, include_artifacts)]
     rows = sql.execute(statement, params)
     if not rows:
@@ -144,17 +196,7 @@ def task_with_view(
     status_json, history_json, artifacts_json = row[-3:]
     status_message = MessageView(**sql.loads(status_json)) if status_json else None
     history = _last(sql.messages_from_json(history_json), history_length)
-    return task, TaskView(
-        id=str(task.id),
-        context_id=task.context_id,
-        state=task.state,
-        status_message=status_message,
-        status_timestamp=task.status_timestamp,
-        history=history,
-        artifacts=sql.artifacts_from_json(artifacts_json),
-        metadata=task.metadata,
-        reply_only=task.reply_only,
-    )
+    return task, _view_of(task, status_message, history, sql.artifacts_from_json(artifacts_json))
 
 
 def task_state(task_id: Any) -> str | None:

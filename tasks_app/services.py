@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
 from django.db.models import BigIntegerField, F, Func, Max, Model, Sum, TextField
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
@@ -39,7 +40,7 @@ from .errors import (
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
 from .models import ACTIVE_STATES, Artifact, Message, StatusChange, StorageCount, Task, TaskEvent, TenantStorage
 from .parts import Part, PartError, validate_all
-from .selectors import message_view, run_inputs
+from .selectors import caller_task_q, message_view, run_inputs
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,8 @@ def message_receive(
     accepted_output_modes: list[str] | None = None,
     metadata: dict[str, Any] | None = None,
     new_task_id: uuid.UUID | None = None,
+    client_task_id: str | None = None,
+    reopen: frozenset[str] = frozenset(),
     activated_extensions: list[dict[str, Any]] | None = None,
 ) -> tuple[Task, Message]:
     """A client's message: start a task, or continue an interrupted one, and queue the agent.
@@ -191,6 +194,10 @@ def message_receive(
     a message without a context gets a new one; a follow-up naming only the task takes the
     task's context; a context that contradicts the task is refused; terminal tasks are closed.
     `new_task_id` lets a caller that must watch the task before it exists choose its id.
+    `client_task_id` is the id the client chose for a new task (A2A 0.1): the task keeps it
+    beside its key, and is found and shown by it (`selectors.caller_task_q`); the caller has
+    looked it up for this agent and owner and found none. `reopen` are the states in which a
+    follow-up re-opens a task its dialect's clients may send to again (A2A 0.1: completed).
     `activated_extensions` (what the request's A2A-Extensions activated, see
     `protocols.extensions`) is kept on the message for the agent's run.
     A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
@@ -203,6 +210,8 @@ def message_receive(
     except PartError as exc:
         raise InvalidParams(str(exc)) from None
     media.check_message(agent=agent, parts=message.parts, accepted_output_modes=accepted_output_modes)
+    if client_task_id is not None and not message.task_id:
+        client_task_id_check(agent=agent, principal=principal, task_id=client_task_id)
     now = timezone.now()
     caps = _caps(agent)
     if message.task_id:
@@ -214,6 +223,7 @@ def message_receive(
                 now=now,
                 accepted_output_modes=accepted_output_modes,
                 caps=caps,
+                reopen=reopen,
                 activated_extensions=activated_extensions,
             )
             _after_commit(task)
@@ -225,6 +235,7 @@ def message_receive(
         tenant_id=agent.tenant_id,
         agent=agent,
         owner=principal.name,
+        client_task_id=client_task_id,
         context_id=message.context_id or str(uuid.uuid4()),
         dialect=dialect,
         state=TaskState.SUBMITTED,
@@ -240,13 +251,15 @@ def message_receive(
     payload = _status_payload(TaskState.SUBMITTED, None, now)
     if sql.available():
         # One statement, so one transaction of its own (or part of the caller's).
-        stored = _task_insert_in_one_statement(task, message, payload, now, caps, activated_extensions)
+        with _client_id_taken(client_task_id):
+            stored = _task_insert_in_one_statement(task, message, payload, now, caps, activated_extensions)
         _after_commit(task, created=True)
         _enqueue_run(task)
         return task, stored
     with transaction.atomic():
         _room_check(tenant_id=agent.tenant_id, caps=caps)
-        task.save(force_insert=True)
+        with _client_id_taken(client_task_id), transaction.atomic():
+            task.save(force_insert=True)
         stored = _message_store(
             task=task, message=message, context_id=task.context_id, activated_extensions=activated_extensions
         )
@@ -255,6 +268,40 @@ def message_receive(
         _after_commit(task, created=True)
         _enqueue_run(task)
     return task, stored
+
+
+# Callers without a key on a public agent are all one principal ("anonymous"), so a task they
+# name by an id they chose is anyone's who can guess that id: they must choose ids no one can
+# guess, and long ones at least (a UUID has 32 hex digits). docs/tenancy.md.
+ANONYMOUS_CLIENT_ID_MIN = 32
+
+
+def client_task_id_check(*, agent: Agent, principal: Principal, task_id: str, where: str = "id") -> None:
+    """InvalidParams for a task id an anonymous caller chose too short to be unguessable."""
+    if principal.is_anonymous and not agent.shared_sandbox and len(task_id) < ANONYMOUS_CLIENT_ID_MIN:
+        raise InvalidParams(
+            f"{where} must be at least {ANONYMOUS_CLIENT_ID_MIN} characters when sent without an API key: "
+            "every caller without a key shares one scope on this public agent, so a task id must be one no "
+            "one else can guess (send a random UUID, or an API key)"
+        )
+
+
+@contextmanager
+def _client_id_taken(client_task_id: str | None) -> Iterator[None]:
+    """Two requests that create a task under the same client id at once: the second insert
+    meets the unique constraint (agent, owner, client id), and its client is told to send
+    again, which then continues the task the first one made."""
+    try:
+        yield
+    except IntegrityError as exc:
+        if client_task_id is None or _CLIENT_ID_CONSTRAINT not in str(exc):
+            raise
+        raise UnsupportedOperation(
+            f"task {client_task_id!r} was created by another request at the same moment; send again to continue it"
+        ) from None
+
+
+_CLIENT_ID_CONSTRAINT = "tasks_task_unique_client_task_id"
 
 
 def _follow_up_receive(
@@ -266,16 +313,20 @@ def _follow_up_receive(
     accepted_output_modes: list[str] | None,
     caps: _Caps,
     activated_extensions: list[dict[str, Any]] | None,
+    reopen: frozenset[str] = frozenset(),
 ) -> tuple[Task, Message]:
     task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
+    shown = task.client_task_id or task.id
     if message.context_id and message.context_id != task.context_id:
-        raise InvalidParams(f"contextId {message.context_id!r} does not match the context of task {task.id}")
-    if task.state in TERMINAL:
-        raise UnsupportedOperation(
-            f"task {task.id} is {task.state}; a task in a terminal state accepts no more messages"
-        )
-    if task.state not in INTERRUPTED:
-        raise UnsupportedOperation(f"task {task.id} is {task.state}; send a follow-up once it asks for input")
+        raise InvalidParams(f"contextId {message.context_id!r} does not match the context of task {shown}")
+    if task.state in reopen:
+        # A dialect whose clients may send to a finished task again (A2A 0.1 re-opens a
+        # completed one): it is a new exchange of the same task, and no bare reply any more.
+        task.reply_only = False
+    elif task.state in TERMINAL:
+        raise UnsupportedOperation(f"task {shown} is {task.state}; a task in a terminal state accepts no more messages")
+    elif task.state not in INTERRUPTED:
+        raise UnsupportedOperation(f"task {shown} is {task.state}; send a follow-up once it asks for input")
     # The follow-up makes the task active again: it counts against the cap like a new task.
     _room_check(tenant_id=task.tenant_id, caps=caps)
     stored = _message_store(
@@ -332,11 +383,12 @@ def task_push_configs_mark(*, task: Task, present: bool) -> None:
 
 
 def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> Task:
-    """The caller's task, locked for update (call inside a transaction); TaskNotFound if it
-    does not exist or is not theirs."""
-    if parse_task_id(task_id) is None:
+    """The caller's task by either of its ids (`selectors.caller_task_q`), locked for update
+    (call inside a transaction); TaskNotFound if it does not exist or is not theirs."""
+    where = caller_task_q(agent=agent, principal=principal, task_id=task_id)
+    if where is None:
         raise TaskNotFound(f"task {task_id!r} not found")
-    task = Task.objects.select_for_update().filter(pk=task_id, agent=agent, owner=principal.name).first()
+    task = Task.objects.select_for_update().filter(where).first()
     if task is None:
         raise TaskNotFound(f"task {task_id!r} not found")
     return task
@@ -363,7 +415,7 @@ def task_cancel_as_operator(*, task_id: Any, reason: str) -> Task:
 def _cancel_locked(task: Task, reason: str) -> Task:
     """Cancel a task whose row the caller holds locked, inside its transaction."""
     if task.state in TERMINAL:
-        raise TaskNotCancelable(f"task {task.id} is already {task.state}")
+        raise TaskNotCancelable(f"task {task.client_task_id or task.id} is already {task.state}")
     # A running executor sees the cancel itself; one that kept state on a task waiting for
     # input (or for its next run) hears of it in a worker (runner.forward_cancel).
     idle = task.state in INTERRUPTED or task.state == TaskState.SUBMITTED
@@ -635,7 +687,9 @@ def artifact_append(
     return artifact.artifact_id
 
 
-def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dict[str, Any]:
+def _artifact_payload(artifact: NewArtifact, name: str, description: str, index: int = 0) -> dict[str, Any]:
+    """An artifact event's payload; `index` is the artifact's place among the task's (how many
+    were made before it: A2A 0.1 numbers artifacts), which the one-statement write sets itself."""
     return {
         "artifact": {
             "artifact_id": artifact.artifact_id,
@@ -647,6 +701,7 @@ def _artifact_payload(artifact: NewArtifact, name: str, description: str) -> dic
         },
         "append": artifact.append,
         "last_chunk": artifact.last_chunk,
+        "index": index,
     }
 
 
@@ -695,8 +750,13 @@ def _artifact_store(task: Task, artifact: NewArtifact) -> None:
             update_fields=["name", "description", "parts", "metadata", "complete", "updated_at"],
         )
     # The event names the artifact as stored: a chunk keeps the name of its first chunk.
+    if stored.pk is None:  # a bulk insert that did not hand the key back
+        stored = Artifact.objects.get(task=task, artifact_id=artifact.artifact_id)
+    index = Artifact.objects.filter(task=task, pk__lt=stored.pk).count()
     _event_append(
-        task=task, kind=EventKind.ARTIFACT, payload=_artifact_payload(artifact, stored.name, stored.description)
+        task=task,
+        kind=EventKind.ARTIFACT,
+        payload=_artifact_payload(artifact, stored.name, stored.description, index),
     )
 
 

@@ -303,9 +303,10 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
     SELECT {_ARTIFACT_INSERT[1]}
     FROM task
     ON CONFLICT (task_id, artifact_id) DO UPDATE SET {_ON_CONFLICT[artifact]}
-    RETURNING name, description
+    RETURNING id, name, description
 )""")
-        # The event names the artifact as stored: a chunk keeps the name of its first chunk.
+        # The event names the artifact as stored: a chunk keeps the name of its first chunk;
+        # and its place among the task's artifacts, the ones made before it (A2A 0.1's `index`).
         # It comes before the state change's event, if any.
         columns, values = _every_column(
             TaskEvent,
@@ -313,9 +314,11 @@ def run_write(*, move: bool, message: bool = False, artifact: str | None = None)
                 "task_id": "task.id",
                 "seq": f"task.last_seq - {events - 1}",
                 "kind": "%(artifact_kind)s",
-                "payload": "jsonb_set(jsonb_set(%(artifact_payload)s::jsonb, "
+                "payload": "jsonb_set(jsonb_set(jsonb_set(%(artifact_payload)s::jsonb, "
                 "'{artifact,name}', to_jsonb(artifact.name)), "
-                "'{artifact,description}', to_jsonb(artifact.description))",
+                "'{artifact,description}', to_jsonb(artifact.description)), "
+                f"'{{index}}', to_jsonb((SELECT count(*) FROM {A} prior "
+                "WHERE prior.task_id = task.id AND prior.id < artifact.id)))",
                 "created_at": "%(now)s",
             },
         )
@@ -412,8 +415,14 @@ SELECT {_columns("t")},
        {_HISTORY.format(task="t") if history else "'[]'"},
        {_ARTIFACTS if artifacts else "'[]'"}
 FROM {T} t LEFT JOIN {M} sm ON sm.id = t.status_message_id
-WHERE t.id = %(task_id)s {"AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s" if for_caller else ""}
+WHERE {_FOR_CALLER if for_caller else "t.id = %(task_id)s"}
 """
+
+
+# The caller's task by its key or by the id its client chose (selectors.caller_task_q): each
+# arm on an index of its own (the key; agent, owner and client id).
+_FOR_CALLER = """(t.id = %(task_id)s::uuid OR t.client_task_id = %(client_id)s)
+  AND t.agent_id = %(agent_id)s AND t.owner = %(owner)s"""
 
 
 TASK_READS = {

@@ -59,7 +59,6 @@ V03_METHODS = {
     "tasks/pushNotificationConfig/delete": "DeleteTaskPushNotificationConfigParams",
     "agent/getAuthenticatedExtendedCard": "",
 }
-ALL_METHODS = [*sorted(METHODS), *sorted(V03_METHODS)]
 STREAMING = frozenset({"SendStreamingMessage", "SubscribeToTask", "message/stream", "tasks/resubscribe"})
 
 # The codes a caller's request may be answered with (JSON-RPC's own, and A2A's -32001..-32009).
@@ -317,10 +316,119 @@ def _build_message(descriptor: Descriptor, pools: Pools, depth: int) -> st.Searc
     return build()
 
 
+# --- A2A 0.1 ------------------------------------------------------------------------------------
+# Its params follow the 0.1 document's TaskSendParams, TaskQueryParams, TaskIdParams and
+# TaskPushNotificationConfig (it has no schema the SDK ships): the shapes below, then mutated
+# like any other. Its clients send no A2A-Version (or 0.1), and choose their tasks' ids.
+
+V01_METHODS = (
+    "tasks/send",
+    "tasks/sendSubscribe",
+    "tasks/get",
+    "tasks/cancel",
+    "tasks/pushNotification/set",
+    "tasks/pushNotification/get",
+    "tasks/resubscribe",
+)
+V01_STREAMING = frozenset({"tasks/sendSubscribe", "tasks/resubscribe"})
+# The members each 0.1 method reads.
+V01_MEMBERS = {
+    "tasks/send": {
+        "id",
+        "sessionId",
+        "message",
+        "historyLength",
+        "pushNotification",
+        "metadata",
+        "acceptedOutputModes",
+    },
+    "tasks/get": {"id", "historyLength", "metadata"},
+    "tasks/cancel": {"id", "metadata"},
+    "tasks/pushNotification/set": {"id", "pushNotificationConfig"},
+    "tasks/pushNotification/get": {"id"},
+    "tasks/resubscribe": {"id", "historyLength", "metadata"},
+}
+V01_MEMBERS["tasks/sendSubscribe"] = V01_MEMBERS["tasks/send"]
+# Every method: 1.0's, then 0.3's, then the ones only 0.1 has.
+ALL_METHODS = [*sorted(METHODS), *sorted(V03_METHODS), *(m for m in V01_METHODS if m not in V03_METHODS)]
+
+
+def _v01_ids(pools: Pools) -> st.SearchStrategy:
+    # The pools' tasks (made in 1.0: reachable by their ids), ids a client might choose (a
+    # UUID's hex, long enough for an anonymous caller; short ones, which are not).
+    return _ids(pools) | st.uuids().map(lambda u: u.hex)
+
+
+def _v01_push(pools: Pools) -> st.SearchStrategy:
+    return st.fixed_dictionaries(
+        {"url": st.sampled_from(pools.urls)},
+        optional={
+            "token": st.text(max_size=12),
+            "authentication": st.fixed_dictionaries(
+                {"schemes": st.lists(st.sampled_from(["Bearer", "jwt", "Basic"]), min_size=0, max_size=2)},
+                optional={"credentials": st.text(max_size=12)},
+            ),
+        },
+    )
+
+
+def _v01_part(pools: Pools) -> st.SearchStrategy:
+    metadata = {"metadata": st.dictionaries(st.text(max_size=6), json_values(3), max_size=2)}
+    file = st.fixed_dictionaries(
+        {},
+        optional={
+            "bytes": st.binary(max_size=12).map(lambda b: base64.b64encode(b).decode()),
+            "uri": st.sampled_from(pools.urls),
+            "mimeType": st.sampled_from(MEDIA_TYPES),
+            "name": st.text(max_size=8),
+        },
+    )
+    return st.one_of(
+        st.fixed_dictionaries({"type": st.just("text"), "text": st.text(max_size=20)}, optional=metadata),
+        st.fixed_dictionaries({"type": st.just("file"), "file": file}, optional=metadata),
+        st.fixed_dictionaries(
+            {"type": st.just("data"), "data": st.dictionaries(st.text(max_size=6), json_values(3), max_size=3)},
+            optional=metadata,
+        ),
+    )
+
+
+def _v01_params(method: str, pools: Pools) -> st.SearchStrategy[dict]:
+    ids = _v01_ids(pools)
+    history = st.integers(-2, 20) | st.sampled_from(["3", 1.5, None])
+    metadata = st.dictionaries(st.text(max_size=6), json_values(3), max_size=2)
+    if method in ("tasks/send", "tasks/sendSubscribe"):
+        message = st.fixed_dictionaries(
+            {
+                "role": st.sampled_from(["user"] * 5 + ["agent"]),
+                "parts": st.lists(_v01_part(pools), min_size=1, max_size=3),
+            },
+            optional={"metadata": metadata},
+        )
+        return st.fixed_dictionaries(
+            {"id": ids, "message": message},
+            optional={
+                "sessionId": st.sampled_from(pools.context_ids) if pools.context_ids else st.text(max_size=8),
+                "historyLength": history,
+                "pushNotification": _v01_push(pools),
+                "metadata": metadata,
+                "acceptedOutputModes": st.lists(st.sampled_from(MEDIA_TYPES), max_size=2),
+            },
+        )
+    if method == "tasks/pushNotification/set":
+        return st.fixed_dictionaries({"id": ids, "pushNotificationConfig": _v01_push(pools)})
+    optional: dict[str, st.SearchStrategy] = {"metadata": metadata}
+    if method in ("tasks/get", "tasks/resubscribe"):
+        optional["historyLength"] = history
+    return st.fixed_dictionaries({"id": ids}, optional=optional)
+
+
 def params_for(method: str, pools: Pools) -> st.SearchStrategy[dict]:
     """Schema-following params of `method`, with the one member the server reads beyond the
     schema: SubscribeToTask's (and 0.3's tasks/resubscribe's) `lastEventId` (the SSE resume
-    point, also a header)."""
+    point, also a header). A method 0.1 and 0.3 share gets 0.3's (the same members)."""
+    if method in V01_MEMBERS and method not in V03_METHODS:
+        return pools.cached(("v01", method), lambda: _v01_params(method, pools))
     base = v03_params(method, pools) if method in V03_METHODS else message_of(METHODS[method], pools)
     if method not in ("SubscribeToTask", "tasks/resubscribe"):
         return base
@@ -337,6 +445,8 @@ def known_members(method: str) -> set[str]:
     """The members a method's unmutated params may have."""
     if method in V03_METHODS:
         return set(_V03_MEMBERS[V03_METHODS[method]]) | {"lastEventId"}
+    if method in V01_MEMBERS:
+        return V01_MEMBERS[method]
     return {f.json_name for f in METHODS[method].fields} | {"lastEventId"}
 
 
@@ -996,9 +1106,11 @@ def headers_for(draw, method: str, key: str, *, odd_content_types: bool = False)
         content_type = draw(CONTENT_TYPES)
     if content_type is not None:
         headers["Content-Type"] = content_type
-    # The method's own version most of the time (1.0's header; none for 0.3, as its clients
-    # send): that is what gets a request through to its params.
-    if draw(st.integers(0, 99)) < 8:
+    # The method's own version most of the time (1.0's header; none for 0.3 and 0.1, as their
+    # clients send, or theirs): that is what gets a request through to its params.
+    if method in V01_MEMBERS and method not in V03_METHODS and draw(st.integers(0, 99)) >= 8:
+        version = draw(st.sampled_from([None, None, None, b"0.1", b"0.1.0"]))
+    elif draw(st.integers(0, 99)) < 8:
         version = draw(st.sampled_from([None, b"0.3", b"1", b"1.0.0", b"", b"2.0", b"1.0, 0.3"]) | HEADER_JUNK)
     elif method in V03_METHODS:
         version = draw(st.sampled_from([None] * 6 + [b"0.3", b"0.3.0"]))
@@ -1063,6 +1175,7 @@ def requests(
                     [
                         "?A2A-Version=1.0",
                         "?A2A-Version=0.3",
+                        "?A2A-Version=0.1",
                         "?A2A-Version=%00",
                         "?A2A-Version=%FF%FE",
                         "?x=1&x=2",
@@ -1086,7 +1199,7 @@ def requests(
             allowed_ids=allowed,
             valid_key=presented == "valid",
             key_presented=bool(headers.get("X-API-Key")),
-            streams=name in STREAMING,
+            streams=name in STREAMING or name in V01_STREAMING,
         )
 
     return build()

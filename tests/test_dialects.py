@@ -79,4 +79,4 @@ def test_each_dialect_answers_only_its_own_methods(rpc, echo_agent, alice_key, t
 def test_a_version_no_dialect_speaks_is_refused_naming_those_spoken(rpc, echo_agent, alice_key, test_dialect):
     error = rpc(ECHO, "GetTask", {"id": "x"}, key=alice_key, headers={"A2A-Version": "9.9"}).error
     assert error["code"] == -32009
-    assert error["message"] == "A2A version '9.9' is not supported; this endpoint speaks 1.0, 0.3, test"
+    assert error["message"] == "A2A version '9.9' is not supported; this endpoint speaks 1.0, 0.3, 0.1, test"

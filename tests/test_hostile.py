@@ -51,7 +51,8 @@ from tests.hostile import Broken, HostileRequest, Pools
 LONG = os.environ.get("HOSTILE_PROFILE") == "long"
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "1700")) if LONG else None
 KEEP_GOING = LONG or os.environ.get("HOSTILE_KEEP_GOING") == "1"
-# None: the envelope case (any method, envelope and body broken); 0.3's methods after 1.0's.
+# None: the envelope case (any method, envelope and body broken); 0.3's methods after 1.0's,
+# then 0.1's own.
 CASES = [*hostile.ALL_METHODS, None]
 PATHS = {"keyed": "/agents/acme/echo/", "public": "/agents/acme/conformance/"}
 # In-process the resolver is faked, so a name may be given too: push configs then get made.

@@ -232,3 +232,83 @@ def call_rpc(base: str, path: str, method: str, params: dict, key: str, timeout:
     body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
     response = httpx.post(f"{base}{path}", json=body, headers={"A2A-Version": "1.0", "X-API-Key": key}, timeout=timeout)
     return response.json()["result"]
+
+
+# --- A2A 0.1 over the live stack -------------------------------------------------------------
+
+
+@contextmanager
+def stream_v01(base: str, path: str, method: str, params: dict, *, key: str | None = None, last_event_id=None):
+    """(id, result) of each event of a 0.1 stream (no A2A-Version: 0.1's clients send none)."""
+    headers = {"Accept": "text/event-stream", **({"X-API-Key": key} if key else {})}
+    if last_event_id is not None:
+        headers["Last-Event-ID"] = str(last_event_id)
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+    with httpx.stream("POST", f"{base}{path}", json=body, headers=headers, timeout=30) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream"), response.read()
+
+        def events():
+            deadline = time.monotonic() + 30
+            event_id = None
+            for line in response.iter_lines():
+                assert time.monotonic() < deadline, "the stream did not end within 30 s"
+                if line.startswith("id:"):
+                    event_id = int(line[3:].strip())
+                elif line.startswith("data:"):
+                    payload = orjson.loads(line[5:].strip())
+                    assert payload["id"] == 1 and "result" in payload, payload
+                    yield event_id, payload["result"]
+                    event_id = None
+
+        yield events()
+
+
+def describe_v01(result: dict) -> str:
+    if "artifact" in result:
+        artifact = result["artifact"]
+        return f"chunk {artifact['index']} append={artifact['append']} last={artifact['lastChunk']}"
+    return f"{result['status']['state']} final={result['final']}"
+
+
+V01_WRITER_EVENTS = [
+    "submitted final=False",
+    "working final=False",
+    "working final=False",
+    "chunk 0 append=False last=False",
+    "chunk 0 append=True last=False",
+    "chunk 0 append=True last=False",
+    "chunk 0 append=True last=True",
+    "completed final=True",
+]
+
+
+def test_a_0_1_send_subscribe_and_resubscribe_across_web_processes_end_with_final(live, slow_writer, alice_key):
+    task_id = uuid.uuid4().hex  # the client's id
+    params = {
+        "id": task_id,
+        "message": {"role": "user", "parts": [{"type": "text", "text": "a story about owls"}]},
+    }
+    with stream_v01(live.urls[0], "/agents/acme/slowwriter/", "tasks/sendSubscribe", params, key=alice_key) as sent:
+        first_id, first = next(sent)
+        assert first["id"] == task_id
+        # Another process follows the same task by the client's id, from its current status.
+        with stream_v01(
+            live.urls[1], "/agents/acme/slowwriter/", "tasks/resubscribe", {"id": task_id}, key=alice_key
+        ) as again:
+            from_sender = [(first_id, first), *sent]
+            followed = list(again)
+    assert [describe_v01(r) for _, r in from_sender] == V01_WRITER_EVENTS
+    assert {r["id"] for _, r in from_sender} == {task_id}
+    # The subscriber ends on the same final event, having seen the rest of the same log.
+    assert followed[-1][1]["final"] is True and followed[-1][1]["status"]["state"] == "completed"
+    snapshot_id, snapshot = followed[0]
+    assert "status" in snapshot and snapshot["id"] == task_id
+    assert [i for i, _ in followed[1:]] == [i for i, _ in from_sender if i > snapshot_id]
+    # A resubscription with Last-Event-ID replays what came after it, to the final event.
+    with stream_v01(
+        live.urls[1], "/agents/acme/slowwriter/", "tasks/resubscribe", {"id": task_id}, key=alice_key, last_event_id=4
+    ) as replay:
+        replayed = list(replay)
+    assert [describe_v01(r) for _, r in replayed] == V01_WRITER_EVENTS[4:]
+    assert [i for i, _ in replayed] == [5, 6, 7, 8]

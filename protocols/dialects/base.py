@@ -29,3 +29,8 @@ class WireDialect:
     encode_push: EventEncoder | None = None
     # The response headers that echo the activated extensions (0.3 peers may read the X- name)
     extension_headers: tuple[str, ...] = ("A2A-Extensions",)
+    # The creating dialects (tasks_app.lifecycle.Dialect) of the tasks for which it answers a
+    # method it shares with another dialect of the same A2A-Version (a request without one:
+    # A2A 0.1 and 0.3 both have tasks/get). Of such dialects, the one that claims the named
+    # task's dialect answers; for any other task, the one that claims none (`dialects.by_task`).
+    claims: frozenset[str] = frozenset()

@@ -156,7 +156,7 @@ async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, An
 
     def create() -> dict[str, Any]:
         stored = push_services.config_create(agent=call.agent, principal=call.principal, task_id=task_id, config=config)
-        return codec.encode_push_config(push_selectors.config_view(stored))
+        return codec.encode_push_config(push_selectors.config_view(stored, task=stored.task))
 
     return await dbcalls.run(create)
 
