@@ -465,7 +465,7 @@ def test_anonymous_callers_of_a_public_agent_must_choose_long_ids(v01, tenant, a
         ("tasks/cancel", {"id": "1"}),
         ("tasks/pushNotification/get", {"id": "1"}),
     ]:
-        error = v01(method, params, path=public.path).error
+        error = v01(method, params, path=public.path, headers=V01).error
         assert error["code"] == -32602, (method, error)
         assert error["message"].startswith("无效参数: params.id must be at least 32 characters"), error
     assert not Task.objects.filter(agent=public).exists()
@@ -608,7 +608,7 @@ def test_bad_params_are_the_dialect_s_invalid_params_naming_the_field(v01, seed_
 
 
 def test_the_dialect_s_errors_carry_the_document_s_codes_and_messages(v01, tenant, seed_agent, alice_key):
-    assert v01("tasks/get", {"id": "nope"}, key=alice_key).error == {
+    assert v01("tasks/get", {"id": "nope"}, key=alice_key, headers=V01).error == {
         "code": -32001,
         "message": "任务未找到: task 'nope' not found",
         "data": {"reason": "TASK_NOT_FOUND", "detail": "task 'nope' not found"},
@@ -728,16 +728,16 @@ def test_a_1_0_task_read_with_tasks_get_by_header_or_query(client, v01, rpc, see
 # --- which dialect a request speaks ---------------------------------------------------------
 
 
-def test_recognition_on_this_branch_every_combination(v01, rpc, seed_agent, alice_key):
+def test_a_0_1_request_is_recognised_by_its_method_or_its_header(v01, rpc, seed_agent, alice_key):
+    # Every other combination, with 0.3 and 1.0 tasks too: tests/test_dialect_recognition.py.
     task_id = new_id()
     message = {"role": "user", "parts": [{"type": "text", "text": "hi"}]}
-    # No header: a method of 0.1 alone is 0.1's.
+    # No header: a method of 0.1 alone is 0.1's; one 0.1 shares with 0.3, the named task's.
     assert v01("tasks/send", {"id": task_id, "message": message}, key=alice_key).result["id"] == task_id
-    for method in ("tasks/get", "tasks/cancel"):
-        assert v01(method, {"id": "nope"}, key=alice_key).error["message"].startswith("任务未找到")
-    # No header and a 1.0 method: A2A 0.3, not spoken yet.
+    assert v01("tasks/get", {"id": task_id}, key=alice_key).result["sessionId"]
+    # No header and a 1.0 method: told to send the header.
     error = v01("SendMessage", {"message": user_message()}, key=alice_key).error
-    assert error["code"] == -32009 and "means A2A 0.3" in error["message"]
+    assert error["code"] == -32009 and "A2A-Version: 1.0" in error["message"]
     # The header decides when present.
     for version in ("0.1", "0.1.0"):
         assert (
@@ -746,11 +746,11 @@ def test_recognition_on_this_branch_every_combination(v01, rpc, seed_agent, alic
     assert v01("GetTask", {"id": task_id}, key=alice_key, headers=V01).error["code"] == -32601
     assert rpc(SEED, "tasks/get", {"id": task_id}, key=alice_key).error["code"] == -32601  # 1.0
     assert rpc(SEED, "GetTask", {"id": task_id}, key=alice_key).result["id"] == task_id
-    error = v01("tasks/get", {"id": task_id}, key=alice_key, headers={"A2A-Version": "0.3"}).error
-    assert error["code"] == -32009 and "A2A-Version: 0.1" in error["message"]
+    # The header names 0.3: the 0.1 task in 0.3's shape.
+    assert v01("tasks/get", {"id": task_id}, key=alice_key, headers={"A2A-Version": "0.3"}).result["kind"] == "task"
     assert v01("tasks/get", {"id": task_id}, key=alice_key, headers={"A2A-Version": "0.2"}).error["code"] == -32009
-    # An unknown method without a header: A2A 0.3's, were it spoken.
-    assert v01("tasks/list", {}, key=alice_key).error["code"] == -32009
+    # An unknown method without a header: A2A 0.3's, which has none such.
+    assert v01("tasks/list", {}, key=alice_key).error["code"] == -32601
 
 
 async def _stand_in_get(call, params):
@@ -759,7 +759,7 @@ async def _stand_in_get(call, params):
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    """A second header-less dialect with tasks/get, as A2A 0.3 will be (it claims no dialect)."""
+    """A second header-less dialect with tasks/get, in A2A 0.3's place (it claims no dialect)."""
     dialect = WireDialect(
         name=Dialect.A2A_0_3,
         label="0.3",
@@ -769,7 +769,7 @@ def stand_in(monkeypatch):
         encode_task=lambda view: {},
         card=lambda agent, *, base_url: {},
     )
-    monkeypatch.setattr(dialects, "DIALECTS", [dialects.DIALECTS[0], dialect, *dialects.DIALECTS[1:]])
+    monkeypatch.setattr(dialects, "DIALECTS", [dialect if d.name == Dialect.A2A_0_3 else d for d in dialects.DIALECTS])
     return dialect
 
 
