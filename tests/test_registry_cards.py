@@ -314,6 +314,14 @@ def test_a_card_missing_its_name_is_rejected_with_the_path():
     assert validate(card, "1.0") == [Problem("/name", "is missing (required: a non-empty string)")]
 
 
+def test_member_names_that_look_like_digits_but_are_not_numbers_sort_as_names():
+    # '²'.isdigit() is true, but int('²') fails: the sort must not take it for an index.
+    card = a2a_1_0()
+    card["securitySchemes"] = {"²": "not a scheme", "10": "nor this", "9": "nor this"}
+    schemes = [p for p in paths(validate(card, "1.0")) if p.startswith("/securitySchemes/")]
+    assert schemes == ["/securitySchemes/9", "/securitySchemes/10", "/securitySchemes/²"]  # numbers first
+
+
 def test_several_errors_in_one_card_are_several_problems_sorted_by_path():
     card = a2a_1_0()
     card["skills"][1]["tags"] = ["ok", 3]

@@ -381,7 +381,7 @@ def _undeclared_schemes(document: dict[str, Any], version: Version) -> Iterator[
 
 
 def _sort_key(problem: Problem) -> tuple[list[tuple[int, int, str]], str]:
-    parts = [(0, int(token), "") if token.isdigit() else (1, 0, token) for token in problem.path.split("/")[1:]]
+    parts = [(0, int(token), "") if token.isdecimal() else (1, 0, token) for token in problem.path.split("/")[1:]]
     return parts, problem.message
 
 
