@@ -319,6 +319,10 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
                 yield first.seq, MessageView.from_payload(first.payload["message"])
                 return
         yield seq, snapshot
+        if snapshot.state in SETTLED:
+            # A follow-up whose run settled the task before the snapshot was read: the
+            # snapshot is the end of this exchange, and no later event would end the stream.
+            return
         async for item in _events(feed, snapshot.id, snapshot.context_id, after=seq, until=SETTLED):
             yield item
 

@@ -874,3 +874,16 @@ def test_the_anonymous_rule_is_the_store_s(tenant):
         agent=sandbox, principal=Principal.ANONYMOUS.shared(), message=message, client_task_id="short"
     )
     assert task.client_task_id == "short"
+
+
+def test_a_send_subscribe_that_re_opens_a_task_ends_once_its_run_settles(v01, seed_agent, alice_key):
+    # The agent runs at commit here, so the run is over before the stream's snapshot is read:
+    # the snapshot is the final event (found by the hostile suite: the stream used to wait on).
+    task_id = new_id()
+    send(v01, "讲个笑话", task_id, key=alice_key)
+    message = {"role": "user", "parts": [{"type": "text", "text": "Android"}]}
+    events = v01.stream("tasks/sendSubscribe", {"id": task_id, "message": message}, key=alice_key)
+    results = [e["result"] for _, e in events]
+    assert results[-1]["id"] == task_id
+    assert results[-1]["status"]["state"] == "completed" and results[-1]["final"] is True
+    assert v01("tasks/get", {"id": task_id}, key=alice_key).result["artifacts"][-1]["name"] == "订单确认"

@@ -270,3 +270,64 @@ def test_a_message_whose_parts_are_not_in_the_canonical_form_is_refused_before_a
     with pytest.raises(InvalidParams, match=r"message.parts\[0\] has unknown type None"):
         services.message_receive(agent=echo_agent, principal=ALICE, message=message)
     assert not Task.objects.exists()
+
+
+# --- client-chosen task ids (A2A 0.1) ----------------------------------------------------------
+
+
+def test_a_client_s_id_is_kept_beside_the_key_and_found_by_either_within_agent_and_owner(
+    echo_agent, writer_agent, no_enqueue
+):
+    from tasks_app import selectors
+    from tasks_app.lifecycle import Dialect
+
+    bob = Principal(name="bob")
+
+    def create(agent, principal, client_id):
+        message = NewMessage(message_id=str(uuid.uuid4()), role="user", parts=[{"type": "text", "text": "x"}])
+        return services.message_receive(
+            agent=agent, principal=principal, message=message, dialect=Dialect.A2A_0_1, client_task_id=client_id
+        )[0]
+
+    hex_id = uuid.uuid4().hex  # reads as a UUID, as 0.1 clients' ids often do
+    mine = create(echo_agent, ALICE, hex_id)
+    assert mine.client_task_id == hex_id and mine.pk.hex != hex_id
+    bobs = create(echo_agent, bob, hex_id)
+    other_agent = create(writer_agent, ALICE, hex_id)
+    assert len({mine.pk, bobs.pk, other_agent.pk}) == 3
+    for task_id in (hex_id, str(mine.pk), mine.pk.hex):
+        found = selectors.task_with_view(task_id, agent=echo_agent, principal=ALICE)
+        assert found is not None and found[0].pk == mine.pk, task_id
+        assert found[1].id == hex_id and found[1].key == str(mine.pk)
+        assert selectors.task_snapshot(agent=echo_agent, principal=ALICE, task_id=task_id)[0].id == hex_id
+    # Bob's key does not reach Alice's task, nor her id his: each finds only its own.
+    assert selectors.task_with_view(str(mine.pk), agent=echo_agent, principal=bob) is None
+    assert selectors.task_key_for_caller(agent=echo_agent, principal=bob, task_id=hex_id)[0] == bobs.pk
+    assert selectors.task_for_caller(agent=writer_agent, principal=ALICE, task_id=hex_id).pk == other_agent.pk
+    # Cancel and follow-ups take the client's id too.
+    canceled = services.task_cancel(agent=echo_agent, principal=ALICE, task_id=hex_id)
+    assert canceled.pk == mine.pk and canceled.state == TaskState.CANCELED
+    with pytest.raises(TaskNotCancelable, match=f"task {hex_id} is already canceled"):
+        services.task_cancel(agent=echo_agent, principal=ALICE, task_id=hex_id)
+
+
+def test_a_follow_up_re_opens_a_completed_task_only_when_its_dialect_asks(echo_agent, no_enqueue):
+    from tasks_app.errors import UnsupportedOperation
+
+    task = receive(echo_agent)
+    services.task_reply(task_id=task.pk, parts=[{"type": "text", "text": "done"}])
+    assert Task.objects.get(pk=task.pk).reply_only
+    follow = NewMessage(message_id="m2", role="user", parts=[{"type": "text", "text": "more"}], task_id=str(task.pk))
+    with pytest.raises(UnsupportedOperation, match="terminal state"):
+        services.message_receive(agent=echo_agent, principal=ALICE, message=follow)
+    again, _ = services.message_receive(
+        agent=echo_agent, principal=ALICE, message=follow, reopen=frozenset({TaskState.COMPLETED})
+    )
+    stored = Task.objects.get(pk=task.pk)
+    assert again.pk == task.pk and stored.state == TaskState.SUBMITTED and not stored.reply_only
+    assert stored.run_token != task.run_token and stored.message_count == 3
+    services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
+    with pytest.raises(UnsupportedOperation, match="is canceled"):
+        services.message_receive(
+            agent=echo_agent, principal=ALICE, message=follow, reopen=frozenset({TaskState.COMPLETED})
+        )
