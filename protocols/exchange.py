@@ -382,8 +382,10 @@ async def subscribe(
     async def items() -> AsyncGenerator[Item, None]:
         if resume_after is None:
             yield seq, view
-        elif resume_after == seq and view.state in TERMINAL:
-            return  # a reconnect that missed nothing of a finished task
+            if view.state in until:
+                return  # a stream that ends at this state (A2A 0.1's at input-required) ends with it
+        elif resume_after == seq and view.state in until:
+            return  # a reconnect that missed nothing of a task already where its stream ends
         # A subscription lasts until the task is over: an input-required task goes on
         # once the client answers, and the subscriber sees that too.
         after = seq if resume_after is None else resume_after

@@ -334,6 +334,15 @@ def test_seed_resubscribe_replays_after_last_event_id_and_ends_with_final(v01, s
     assert error["code"] == -32004 and error["message"].startswith("不支持的操作: ")
 
 
+def test_resubscribing_to_a_task_that_waits_for_input_sends_its_status_as_final_and_ends(v01, seed_agent, alice_key):
+    task_id = new_id()
+    assert send(v01, "ask", task_id, key=alice_key)["status"]["state"] == "input-required"
+    # The stream ends where a 0.1 stream ends (the exchange waits on the client): the one
+    # event saying so is final, and nothing follows it.
+    ((_, only),) = v01.stream("tasks/resubscribe", {"id": task_id}, key=alice_key)
+    assert only["result"]["status"]["state"] == "input-required" and only["result"]["final"] is True
+
+
 def test_seed_non_text_media_and_structured_output(v01, seed_agent, alice_key):
     task_id = new_id()
     # 000 "非文本媒体", sequence 1 (real base64 for the placeholder), then sequence 3's get.
