@@ -640,6 +640,24 @@ def test_the_dialect_s_errors_carry_the_document_s_codes_and_messages(v01, tenan
     assert error["code"] == -32001 and "has no push notification config" in error["message"]
 
 
+def test_a_required_extension_left_out_is_0_1_s_invalid_request_naming_it(v01, tenant, alice_key):
+    uri = "https://example.com/ext/must/v1"
+    strict = make_agent(tenant, "strict", "echo", extensions=[{"uri": uri, "required": True}])
+    message = {"role": "user", "parts": [{"type": "text", "text": "hi"}]}
+    error = v01("tasks/send", {"id": new_id(), "message": message}, path=strict.path, key=alice_key).error
+    # 0.1 has no code for it (-32008 is A2A 1.0's): Invalid Request, the reason in data.
+    assert error["code"] == -32600 and error["message"].startswith("无效请求: this agent requires the extension(s) ")
+    assert error["data"]["reason"] == "EXTENSION_SUPPORT_REQUIRED"
+    accepted = v01(
+        "tasks/send",
+        {"id": new_id(), "message": message},
+        path=strict.path,
+        key=alice_key,
+        headers={"A2A-Extensions": uri},
+    )
+    assert accepted.result["status"]["state"] == "completed"
+
+
 def test_two_artifacts_are_numbered_in_the_task_and_in_the_stream(v01, seed_agent, alice_key):
     task_id = new_id()
     message = {"role": "user", "parts": [{"type": "text", "text": "two artifacts"}]}

@@ -298,11 +298,18 @@ SEED_MESSAGES = {
 }
 
 
+# A2A codes of later versions, which 0.1 clients do not know (a required extension, a
+# version, an invalid agent response, an extended card): Invalid Request, the reason in `data`
+# (as A2A 0.3 answers those it lacks). The server's own codes (-32029, -32030) stay.
+LATER_CODES = frozenset({-32006, -32007, -32008, -32009})
+
+
 def encode_error(request_id: Any, exc: DomainError) -> bytes:
     """A JSON-RPC error as 0.1 has it: {code, message, data?}; `data` names the reason."""
-    seed = SEED_MESSAGES.get(exc.code)
+    code = -32600 if exc.code in LATER_CODES else exc.code
+    seed = SEED_MESSAGES.get(code)
     message = f"{seed}: {exc.message}" if seed else exc.message
-    error: dict[str, Any] = {"code": exc.code, "message": message}
+    error: dict[str, Any] = {"code": code, "message": message}
     if exc.reason:
         error["data"] = {"reason": exc.reason, "detail": exc.message}
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": error})
