@@ -215,6 +215,32 @@ def answer_for(task_id: Any, history_length: int | None, *, as_reply: bool, bare
     return Answer(task=view)
 
 
+async def task_get(call: Call, task_id: str, *, history_length: int | None) -> TaskView:
+    """The caller's task, by its key or the id its creator chose."""
+
+    def read() -> TaskView:
+        found = selectors.task_with_view(
+            task_id, history_length=history_length, agent=call.agent, principal=call.principal
+        )
+        if found is None:
+            raise TaskNotFound(f"task {task_id!r} not found")
+        return found[1]
+
+    return await dbcalls.run(read)
+
+
+async def task_cancel(call: Call, task_id: str, *, history_length: int | None = None) -> TaskView:
+    """Cancel the caller's task (or say why it cannot be) and answer it as it is then."""
+
+    def cancel() -> TaskView:
+        task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
+        view = answer_for(task.pk, history_length, as_reply=False).task
+        assert view is not None  # not as a reply: always the task
+        return view
+
+    return await dbcalls.run(cancel)
+
+
 async def send(call: Call, sent: Send) -> Answer:
     """Store the message, queue the agent; answer at once (return_immediately) or once the
     task settles (or A2A_BLOCKING_TIMEOUT passes)."""

@@ -86,7 +86,7 @@ def world(db, dns, push_jobs, issuer_server):
 
 
 def call(client, path: str, method: str, params: dict, caller: Caller):
-    # A2A 0.3's methods (slash names) go without A2A-Version, as 0.3 clients send them.
+    # Slash-named methods (A2A 0.3 and 0.1) go without A2A-Version, as those clients send them.
     headers = {**({} if "/" in method else {"A2A-Version": "1.0"}), **caller.headers}
     body = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
     with CaptureQueriesContext(connection) as queries:
@@ -176,17 +176,23 @@ def without(body: dict, task_id: str, stand_in: str) -> bytes:
 
 @pytest.mark.parametrize("operation", list(OPERATIONS))
 def test_a_caller_s_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(client, world, tasks, operation):
+    assert_refusals_read_as_absence(
+        client, world, tasks, OPERATIONS[operation], operation, new_id=lambda: str(uuid.uuid4())
+    )
+
+
+def assert_refusals_read_as_absence(client, world, owned: list[Owned], operation, name: str, *, new_id) -> None:
+    """Every caller's call on every other owner's task answers as the same call on an id no one
+    used: the same status, body (but for the id) and number of queries, and no private text."""
     for caller in world:
-        for target in tasks:
+        for target in owned:
             if same_principal(caller, target.owner):
                 continue
             path = target.owner.agent
-            method, params = OPERATIONS[operation](target.task_id)
-            theirs = call(client, path, method, params, caller)
-            nobody = str(uuid.uuid4())
-            method, params = OPERATIONS[operation](nobody)
-            absent = call(client, path, method, params, caller)
-            where = f"{caller.name} -> {target.owner.name}'s task: {operation}"
+            theirs = call(client, path, *operation(target.task_id), caller)
+            nobody = new_id()
+            absent = call(client, path, *operation(nobody), caller)
+            where = f"{caller.name} -> {target.owner.name}'s task: {name}"
             assert theirs[0] == absent[0], where
             assert without(theirs[1], target.task_id, "ID") == without(absent[1], nobody, "ID"), where
             assert theirs[2] == absent[2], f"{where}: {theirs[2]} queries, {absent[2]} for no task"
@@ -564,14 +570,6 @@ def test_a_listed_entry_s_newer_card_is_not_public_until_approved(client, regist
 # no one used; the same id sent by another caller is that caller's own task.
 
 
-def call_v01(client, path: str, method: str, params: dict, caller: Caller):
-    body = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
-    with CaptureQueriesContext(connection) as queries:
-        response = client.post(path, data=body, content_type="application/json", headers=caller.headers)
-    assert not response.streaming, f"{method} streamed: the matrix expects a refusal or a plain answer"
-    return response.status_code, orjson.loads(response.content), len(queries)
-
-
 def _v01_message(text: str) -> dict:
     return {"role": "user", "parts": [{"type": "text", "text": text}]}
 
@@ -585,10 +583,10 @@ def v01_tasks(client, world, settings) -> list[Owned]:
     for caller in world:
         task_id = uuid.uuid4().hex
         params = {"id": task_id, "message": _v01_message(f"private text of {caller.name}")}
-        status, body, _ = call_v01(client, caller.agent, "tasks/send", params, caller)
+        status, body, _ = call(client, caller.agent, "tasks/send", params, caller)
         assert status == 200 and body["result"]["id"] == task_id, body
         config = {"id": task_id, "pushNotificationConfig": {"url": HOOK}}
-        status, body, _ = call_v01(client, caller.agent, "tasks/pushNotification/set", config, caller)
+        status, body, _ = call(client, caller.agent, "tasks/pushNotification/set", config, caller)
         assert status == 200, body
         owned.append(Owned(caller, task_id, body["result"]["id"]))
     return owned
@@ -608,20 +606,10 @@ V01_OPERATIONS = {
 
 @pytest.mark.parametrize("operation", list(V01_OPERATIONS))
 def test_in_0_1_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(client, world, v01_tasks, operation):
-    for caller in world:
-        for target in v01_tasks:
-            if same_principal(caller, target.owner):
-                continue
-            path = target.owner.agent
-            theirs = call_v01(client, path, *V01_OPERATIONS[operation](target.task_id), caller)
-            nobody = uuid.uuid4().hex
-            absent = call_v01(client, path, *V01_OPERATIONS[operation](nobody), caller)
-            where = f"{caller.name} -> {target.owner.name}'s 0.1 task: {operation}"
-            assert theirs[0] == absent[0], where
-            assert without(theirs[1], target.task_id, "ID") == without(absent[1], nobody, "ID"), where
-            assert theirs[2] == absent[2], f"{where}: {theirs[2]} queries, {absent[2]} for no task"
-            assert "error" in theirs[1], where
-            assert b"private text" not in orjson.dumps(theirs[1]), where
+    name = f"0.1 {operation}"
+    assert_refusals_read_as_absence(
+        client, world, v01_tasks, V01_OPERATIONS[operation], name, new_id=lambda: uuid.uuid4().hex
+    )
 
 
 def test_in_0_1_the_same_id_sent_by_another_caller_is_its_own_task(client, world, v01_tasks):
@@ -637,7 +625,7 @@ def test_in_0_1_the_same_id_sent_by_another_caller_is_its_own_task(client, world
             if caller.anonymous:
                 sent_anonymously.add(target.task_id)
             params = {"id": target.task_id, "message": _v01_message("a stranger's message"), "historyLength": 9}
-            status, body, _ = call_v01(client, caller.agent, "tasks/send", params, caller)
+            status, body, _ = call(client, caller.agent, "tasks/send", params, caller)
             where = f"{caller.name} -> {target.owner.name}'s 0.1 id"
             assert status == 200, (where, body)
             if same_principal(caller, target.owner):
@@ -649,7 +637,7 @@ def test_in_0_1_the_same_id_sent_by_another_caller_is_its_own_task(client, world
             texts = [m["parts"][0]["text"] for m in body["result"]["history"]]
             assert texts == ["a stranger's message"], where
         # The owner's task is as it was.
-        status, body, _ = call_v01(
+        status, body, _ = call(
             client, caller.agent, "tasks/get", {"id": next(t.task_id for t in v01_tasks if t.owner is caller)}, caller
         )
         assert status == 200

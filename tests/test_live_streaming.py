@@ -20,10 +20,18 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 @contextmanager
 def stream(
-    base: str, path: str, method: str, params: dict, *, key: str | None = None, last_event_id: int | None = None
+    base: str,
+    path: str,
+    method: str,
+    params: dict,
+    *,
+    key: str | None = None,
+    last_event_id: int | None = None,
+    version: str | None = "1.0",
 ) -> Iterator[Iterator[tuple[int | None, dict[str, Any]]]]:
-    """(id, result) of each event of one SSE response, as they arrive."""
-    headers = {"A2A-Version": "1.0", "Accept": "text/event-stream"}
+    """(id, result) of each event of one SSE response, as they arrive. `version` None sends no
+    A2A-Version header, as 0.1's clients do."""
+    headers = {"Accept": "text/event-stream", **({"A2A-Version": version} if version else {})}
     if key:
         headers["X-API-Key"] = key
     if last_event_id is not None:
@@ -44,7 +52,7 @@ def stream(
                     event_id = int(line[3:].strip())
                 elif line.startswith("data:"):
                     payload = orjson.loads(line[5:].strip())
-                    assert "result" in payload, payload
+                    assert payload["id"] == body["id"] and "result" in payload, payload
                     yield event_id, payload["result"]
                     event_id = None
 
@@ -237,33 +245,6 @@ def call_rpc(base: str, path: str, method: str, params: dict, key: str, timeout:
 # --- A2A 0.1 over the live stack -------------------------------------------------------------
 
 
-@contextmanager
-def stream_v01(base: str, path: str, method: str, params: dict, *, key: str | None = None, last_event_id=None):
-    """(id, result) of each event of a 0.1 stream (no A2A-Version: 0.1's clients send none)."""
-    headers = {"Accept": "text/event-stream", **({"X-API-Key": key} if key else {})}
-    if last_event_id is not None:
-        headers["Last-Event-ID"] = str(last_event_id)
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
-    with httpx.stream("POST", f"{base}{path}", json=body, headers=headers, timeout=30) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream"), response.read()
-
-        def events():
-            deadline = time.monotonic() + 30
-            event_id = None
-            for line in response.iter_lines():
-                assert time.monotonic() < deadline, "the stream did not end within 30 s"
-                if line.startswith("id:"):
-                    event_id = int(line[3:].strip())
-                elif line.startswith("data:"):
-                    payload = orjson.loads(line[5:].strip())
-                    assert payload["id"] == 1 and "result" in payload, payload
-                    yield event_id, payload["result"]
-                    event_id = None
-
-        yield events()
-
-
 def describe_v01(result: dict) -> str:
     if "artifact" in result:
         artifact = result["artifact"]
@@ -289,12 +270,14 @@ def test_a_0_1_send_subscribe_and_resubscribe_across_web_processes_end_with_fina
         "id": task_id,
         "message": {"role": "user", "parts": [{"type": "text", "text": "a story about owls"}]},
     }
-    with stream_v01(live.urls[0], "/agents/acme/slowwriter/", "tasks/sendSubscribe", params, key=alice_key) as sent:
+    with stream(
+        live.urls[0], "/agents/acme/slowwriter/", "tasks/sendSubscribe", params, key=alice_key, version=None
+    ) as sent:
         first_id, first = next(sent)
         assert first["id"] == task_id
         # Another process follows the same task by the client's id, from its current status.
-        with stream_v01(
-            live.urls[1], "/agents/acme/slowwriter/", "tasks/resubscribe", {"id": task_id}, key=alice_key
+        with stream(
+            live.urls[1], "/agents/acme/slowwriter/", "tasks/resubscribe", {"id": task_id}, key=alice_key, version=None
         ) as again:
             from_sender = [(first_id, first), *sent]
             followed = list(again)
@@ -306,8 +289,14 @@ def test_a_0_1_send_subscribe_and_resubscribe_across_web_processes_end_with_fina
     assert "status" in snapshot and snapshot["id"] == task_id
     assert [i for i, _ in followed[1:]] == [i for i, _ in from_sender if i > snapshot_id]
     # A resubscription with Last-Event-ID replays what came after it, to the final event.
-    with stream_v01(
-        live.urls[1], "/agents/acme/slowwriter/", "tasks/resubscribe", {"id": task_id}, key=alice_key, last_event_id=4
+    with stream(
+        live.urls[1],
+        "/agents/acme/slowwriter/",
+        "tasks/resubscribe",
+        {"id": task_id},
+        key=alice_key,
+        last_event_id=4,
+        version=None,
     ) as replay:
         replayed = list(replay)
     assert [describe_v01(r) for _, r in replayed] == V01_WRITER_EVENTS[4:]

@@ -14,7 +14,7 @@ from typing import Any
 
 from push import selectors as push_selectors
 from push import services as push_services
-from tasks_app import dbcalls, selectors, services, storable
+from tasks_app import dbcalls, services, storable
 from tasks_app.domain import TaskView
 from tasks_app.errors import TaskNotFound
 from tasks_app.lifecycle import SETTLED, Dialect, TaskState
@@ -94,30 +94,12 @@ async def resubscribe(call: Call, params: dict[str, Any]) -> EventStream:
 
 
 async def get(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    task_id = _task_id(call, params)
-    history_length = _history_length(params)
-
-    def read() -> dict[str, Any]:
-        found = selectors.task_with_view(
-            task_id, history_length=history_length, agent=call.agent, principal=call.principal
-        )
-        if found is None:
-            raise TaskNotFound(f"task {task_id!r} not found")
-        return codec.encode_task(found[1])
-
-    return await dbcalls.run(read)
+    view = await exchange.task_get(call, _task_id(call, params), history_length=_history_length(params))
+    return codec.encode_task(view)
 
 
 async def cancel(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    task_id = _task_id(call, params)
-
-    def cancel() -> dict[str, Any]:
-        task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
-        view = exchange.answer_for(task.pk, 0, as_reply=False).task
-        assert view is not None  # not as a reply: always the task
-        return codec.encode_task(view)
-
-    return await dbcalls.run(cancel)
+    return codec.encode_task(await exchange.task_cancel(call, _task_id(call, params), history_length=0))
 
 
 async def push_set(call: Call, params: dict[str, Any]) -> dict[str, Any]:

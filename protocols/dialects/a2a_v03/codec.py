@@ -9,17 +9,17 @@ lowercase kebab-case states, roles `user`/`agent`, file parts as a nested `file`
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from push.domain import PushConfigInput, PushConfigView
 from tasks_app import parts as P
 from tasks_app import storable
-from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
+from tasks_app.domain import ArtifactView, MessageView, NewMessage
 from tasks_app.errors import InvalidParams
 from tasks_app.lifecycle import TERMINAL, EventKind, Role, TaskState
 
-from ..params import get, is_base64, opt_obj, opt_str, opt_str_list, required_str, timestamp
+from ..params import get, is_base64, opt_obj, opt_str, opt_str_list, required_str
+from ..shapes import Shapes
 
 _STATE_TO_WIRE = {
     TaskState.SUBMITTED: "submitted",
@@ -172,68 +172,12 @@ def decode_message(obj: Any, where: str = "params.message") -> NewMessage:
     )
 
 
-def encode_message(m: MessageView) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "kind": "message",
-        "messageId": m.message_id,
-        "contextId": m.context_id,
-        "taskId": m.task_id,
-        "role": Role(m.role).value,
-        "parts": [encode_part(p) for p in m.parts],
-    }
-    if m.metadata:
-        out["metadata"] = m.metadata
-    if m.extensions:
-        out["extensions"] = m.extensions
-    if m.reference_task_ids:
-        out["referenceTaskIds"] = m.reference_task_ids
-    return out
-
-
-def encode_bare_message(m: MessageView) -> dict[str, Any]:
-    """A reply that is not part of a task, as the client sees it: no taskId."""
-    out = encode_message(m)
-    out.pop("taskId", None)
-    return out
-
-
-def encode_artifact(a: ArtifactView) -> dict[str, Any]:
-    out: dict[str, Any] = {"artifactId": a.artifact_id, "parts": [encode_part(p) for p in a.parts]}
-    if a.name:
-        out["name"] = a.name
-    if a.description:
-        out["description"] = a.description
-    if a.metadata:
-        out["metadata"] = a.metadata
-    if a.extensions:
-        out["extensions"] = a.extensions
-    return out
-
-
-def encode_status(state: str, message: MessageView | None, at: datetime) -> dict[str, Any]:
-    out: dict[str, Any] = {"state": state_to_wire(state), "timestamp": timestamp(at)}
-    if message is not None:
-        out["message"] = encode_message(message)
-    return out
-
-
-def encode_task(t: TaskView) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "kind": "task",
-        "id": t.id,
-        "contextId": t.context_id,
-        "status": encode_status(t.state, t.status_message, t.status_timestamp),
-    }
-    if t.artifacts:
-        out["artifacts"] = [encode_artifact(a) for a in t.artifacts]
-    if t.history:
-        out["history"] = [encode_message(m) for m in t.history]
-    metadata = dict(t.metadata)
-    if t.state == TaskState.AWAITING_COMPLETION:
-        metadata["aipState"] = t.state
-    if metadata:
-        out["metadata"] = metadata
-    return out
+SHAPES = Shapes(part=encode_part, role=lambda role: Role(role).value, state=state_to_wire, kinds=True)
+encode_message = SHAPES.message
+encode_bare_message = SHAPES.bare_message
+encode_artifact = SHAPES.artifact
+encode_status = SHAPES.status
+encode_task = SHAPES.task
 
 
 def encode_stream_event(
@@ -242,12 +186,7 @@ def encode_stream_event(
     """A TaskEvent as a 0.3 stream carries it; `final` marks the status event after which the
     stream ends."""
     if kind == EventKind.STATUS:
-        message = payload.get("message")
-        status = encode_status(
-            payload["state"],
-            MessageView.from_payload(message) if message else None,
-            datetime.fromisoformat(payload["timestamp"]),
-        )
+        status = SHAPES.status_of(payload)
         return {"kind": "status-update", "taskId": task_id, "contextId": context_id, "status": status, "final": final}
     if kind == EventKind.ARTIFACT:
         return {

@@ -11,9 +11,9 @@ from typing import Any
 
 from push import selectors as push_selectors
 from push import services as push_services
-from tasks_app import dbcalls, selectors, services, storable
+from tasks_app import dbcalls, selectors, storable
 from tasks_app.domain import MessageView, TaskView
-from tasks_app.errors import ExtendedAgentCardNotConfigured, TaskNotFound, UnsupportedOperation
+from tasks_app.errors import ExtendedAgentCardNotConfigured, UnsupportedOperation
 from tasks_app.lifecycle import Dialect
 
 from ... import exchange
@@ -89,18 +89,8 @@ async def subscribe_to_task(call: Call, params: dict[str, Any]) -> EventStream:
 
 
 async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    task_id = _required_id(params)
     history_length = fields.opt_int(params, "historyLength", "params", minimum=0)
-
-    def read() -> dict[str, Any]:
-        found = selectors.task_with_view(
-            task_id, history_length=history_length, agent=call.agent, principal=call.principal
-        )
-        if found is None:
-            raise TaskNotFound(f"task {task_id!r} not found")
-        return codec.encode_task(found[1])
-
-    return await dbcalls.run(read)
+    return codec.encode_task(await exchange.task_get(call, _required_id(params), history_length=history_length))
 
 
 async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
@@ -137,15 +127,7 @@ async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    task_id = _required_id(params)
-
-    def cancel() -> dict[str, Any]:
-        task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
-        view = exchange.answer_for(task.pk, None, as_reply=False).task
-        assert view is not None  # not as a reply: always the task
-        return codec.encode_task(view)
-
-    return await dbcalls.run(cancel)
+    return codec.encode_task(await exchange.task_cancel(call, _required_id(params)))
 
 
 async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
