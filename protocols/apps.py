@@ -18,3 +18,5 @@ class ProtocolsConfig(AppConfig):
             if dialect.encode_push is not None:
                 encoders.register_push(dialect.name, dialect.encode_push)
             encoders.register_push_headers(dialect.name, dialect.push_headers)
+            if dialect.state_names is not None:
+                encoders.register_state_names(dialect.name, dialect.state_names)

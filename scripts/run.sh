@@ -208,6 +208,7 @@ done
   echo
   echo "  Try:"
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"
+  echo "    curl -s $BASE${PROBE_PATH}aip/rpc -H 'Content-Type: application/json' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"rpc\",\"params\":{\"message\":{\"type\":\"message\",\"id\":\"m1\",\"sentAt\":\"$(date -Iseconds)\",\"senderRole\":\"leader\",\"senderId\":\"me\",\"command\":\"start\",\"dataItems\":[{\"type\":\"text\",\"text\":\"hello\"}],\"taskId\":\"task-1\",\"sessionId\":\"s1\"}}}'   (ACPs AIP)"
   echo
   echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log")"
 } | tee "$RUN_DIR/info.txt"

@@ -160,6 +160,13 @@ def render_part(part: Any, download: str) -> dict[str, Any]:
     return shown
 
 
+def _state_shown(task: Task, state: str) -> str:
+    """The stored state, and the name the task's dialect gives it where that differs (an AIP
+    task's submitted is its Leader's "accepted")."""
+    named = encoders.state_name(task.dialect, state)
+    return state if named == state else f"{state} ({task.get_dialect_display()}: {named})"
+
+
 def _dialect_encoding(task: Task) -> tuple[Any, str]:
     """The task (with its whole history and artifacts) as its dialect returns it, and what the
     shown JSON is. A dialect that registered no task encoder: the task's parts as its events
@@ -368,7 +375,7 @@ class TaskDetailAdmin:
             ("agent", task.agent),
             ("owner", task.owner),
             ("dialect", task.get_dialect_display()),
-            ("state", task.state),
+            ("state", _state_shown(task, task.state)),
             ("failure", task.get_failure_display() if task.failure else ""),
             ("context id", task.context_id),
             ("client task id", task.client_task_id or ""),
@@ -423,7 +430,7 @@ class TaskDetailAdmin:
             if e.kind == EventKind.STATUS:
                 message = payload.get("message") or {}
                 entry.update(
-                    state=payload.get("state", ""),
+                    state=_state_shown(task, payload.get("state", "")),
                     reason=payload.get("reason", ""),
                     status_at=payload.get("timestamp", ""),
                     parts=self._parts(task, message.get("parts"), "event", e.seq),

@@ -87,3 +87,22 @@ def encode_task(dialect: str, view: Any) -> dict[str, Any]:
     except KeyError:
         raise LookupError(f"no task encoder for the dialect {dialect!r}") from None
     return encoder(view)
+
+
+# (a stored state) -> the name the dialect gives it (AIP: submitted is "accepted")
+StateNamer = Callable[[str], str]
+
+_state_namers: dict[str, StateNamer] = {}
+
+
+def register_state_names(dialect: str, namer: StateNamer) -> None:
+    _state_namers[dialect] = namer
+
+
+def state_name(dialect: str, state: str) -> str:
+    """The state as the task's dialect names it (what its clients see), for the admin."""
+    namer = _state_namers.get(dialect)
+    try:
+        return namer(state) if namer is not None else state
+    except (KeyError, ValueError):
+        return state

@@ -344,10 +344,10 @@ def task_record(
     )
 
 
-def products_size(task_id: Any) -> int:
-    """What the task's artifacts (AIP's products) hold, in bytes (parts.content_size)."""
-    stored = Artifact.objects.filter(task_id=task_id).values_list("parts", flat=True)
-    return sum(P.content_size(parts) for parts in stored)
+def products_sizes(task_id: Any) -> dict[str, int]:
+    """What each of the task's artifacts (AIP's products) holds, in bytes (parts.content_size)."""
+    stored = Artifact.objects.filter(task_id=task_id).values_list("artifact_id", "parts")
+    return {artifact_id: P.content_size(parts) for artifact_id, parts in stored}
 
 
 def failure_reason(task: Task) -> str:

@@ -231,7 +231,12 @@ def test_the_filters_select_by_state_agent_tenant_dialect_and_last_change(superu
 
 def test_the_dialect_filter_offers_the_dialects_the_server_serves(superuser, echo_agent):
     _tasks(echo_agent, 1)
-    assert admin_list.served_dialects() == [("a2a/1.0", "A2A 1.0"), ("a2a/0.3", "A2A 0.3"), ("a2a/0.1", "A2A 0.1")]
+    assert admin_list.served_dialects() == [
+        ("a2a/1.0", "A2A 1.0"),
+        ("a2a/0.3", "A2A 0.3"),
+        ("a2a/0.1", "A2A 0.1"),
+        ("aip/1.0", "ACPs AIP 1.0"),
+    ]
     page = superuser.get(LIST).content.decode()
     assert "?dialect=a2a%2F0.3" in page and "?dialect=a2a%2F0.1" in page and "dialect=aip%2F1.0" not in page
 

@@ -297,6 +297,14 @@ def test_products_over_max_products_bytes_fail_the_task_with_the_reason(client, 
     assert within["status"]["state"] == "awaiting-completion"
 
 
+def test_a_product_replaced_on_continue_counts_once_against_max_products_bytes(client, planner, alice_key):
+    task_id = new_id()
+    rpc(client, alice_key, "start", task_id, "big 60", commandParams={"maxProductsBytes": 100})
+    again = rpc(client, alice_key, "continue", task_id, "big 70")  # the same product, made again
+    assert again["status"]["state"] == "awaiting-completion"
+    assert len(again["products"][0]["dataItems"][0]["text"]) == 70
+
+
 # --- get's filters ---------------------------------------------------------------------------------
 
 
@@ -405,3 +413,21 @@ def test_another_callers_task_is_not_found(client, planner, alice_key, bob_key):
     assert body["error"]["code"] == -32001
     # And bob's start of the same id is his own task.
     assert rpc(client, bob_key, "start", task_id, "ask")["status"]["state"] == "awaiting-input"
+
+
+# --- the admin ---------------------------------------------------------------------------------------
+
+
+def test_the_admin_shows_an_aip_task_with_its_aip_states_and_the_leaders_commands(client, planner, alice_key):
+    from tests.test_admin_detail import browser_for, page_url
+
+    task_id = new_id()
+    rpc(client, alice_key, "start", task_id, "ask")
+    rpc(client, alice_key, "cancel", task_id)
+    page = browser_for("root", superuser=True).get(page_url(Task.objects.get(client_task_id=task_id)))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "ACPs AIP 1.0" in html and task_id in html
+    assert "submitted (ACPs AIP 1.0: accepted)" in html
+    assert "input-required (ACPs AIP 1.0: awaiting-input)" in html
+    assert "user message (start)" in html and "user message (cancel)" in html

@@ -181,14 +181,17 @@ def test_a_caller_s_refusal_for_another_s_task_is_exactly_the_answer_for_no_task
     )
 
 
-def assert_refusals_read_as_absence(client, world, owned: list[Owned], operation, name: str, *, new_id) -> None:
+def assert_refusals_read_as_absence(
+    client, world, owned: list[Owned], operation, name: str, *, new_id, below: str = ""
+) -> None:
     """Every caller's call on every other owner's task answers as the same call on an id no one
-    used: the same status, body (but for the id) and number of queries, and no private text."""
+    used: the same status, body (but for the id) and number of queries, and no private text.
+    `below`: the path below the agent's the calls go to (AIP's are below aip/)."""
     for caller in world:
         for target in owned:
             if same_principal(caller, target.owner):
                 continue
-            path = target.owner.agent
+            path = target.owner.agent + below
             theirs = call(client, path, *operation(target.task_id), caller)
             nobody = new_id()
             absent = call(client, path, *operation(nobody), caller)
@@ -643,3 +646,73 @@ def test_in_0_1_the_same_id_sent_by_another_caller_is_its_own_task(client, world
         assert status == 200
     owners = Task.objects.filter(client_task_id__in=[t.task_id for t in v01_tasks]).values_list("owner", flat=True)
     assert "anonymous" in owners
+
+
+# --- the same matrix in ACPs AIP, whose Leaders choose their tasks' ids ---------------------------
+
+
+def _aip_message(command: str, task_id: str, text: str | None = None) -> dict:
+    return {
+        "type": "message",
+        "id": f"msg-{uuid.uuid4()}",
+        "sentAt": "2025-09-01T11:58:00+08:00",
+        "senderRole": "leader",
+        "senderId": "leader-aic",
+        "command": command,
+        "dataItems": [] if text is None else [{"type": "text", "text": text}],
+        "taskId": task_id,
+    }
+
+
+@pytest.fixture
+def aip_tasks(client, world, settings) -> list[Owned]:
+    """One AIP task per caller under an id it chose, with a notification config. (No agent
+    runs: the matrix runs in one transaction; a start answers once its wait is over.)"""
+    settings.AIP_RESPONSE_TIMEOUT = 0.05
+    owned = []
+    for caller in world:
+        task_id = uuid.uuid4().hex
+        params = {"message": _aip_message("start", task_id, f"private text of {caller.name}")}
+        status, body, _ = call(client, caller.agent + "aip/", "rpc", params, caller)
+        assert status == 200 and body["result"]["id"] == task_id, body
+        config = {"taskId": task_id, "url": HOOK, "token": "t"}
+        status, body, _ = call(client, caller.agent + "aip/", "notification/set", config, caller)
+        assert status == 200 and "result" in body, body
+        owned.append(Owned(caller, task_id, body["result"]["id"]))
+    return owned
+
+
+def _aip_command(command: str):
+    return lambda t: ("rpc", {"message": _aip_message(command, t, "x")})
+
+
+AIP_OPERATIONS = {
+    **{f"rpc {command}": _aip_command(command) for command in ("continue", "cancel", "complete", "get")},
+    "stream re-stream": lambda t: ("stream", {"message": _aip_message("re-stream", t)}),
+    "notification/get": lambda t: ("notification/get", {"taskId": t}),
+}
+
+
+@pytest.mark.parametrize("operation", list(AIP_OPERATIONS))
+def test_in_aip_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(client, world, aip_tasks, operation):
+    name = f"AIP {operation}"
+    assert_refusals_read_as_absence(
+        client, world, aip_tasks, AIP_OPERATIONS[operation], name, new_id=lambda: uuid.uuid4().hex, below="aip/"
+    )
+
+
+def test_in_aip_the_same_id_started_by_another_caller_is_its_own_task(client, world, aip_tasks):
+    from tasks_app.models import Task
+
+    for caller in world:
+        for target in aip_tasks:
+            if same_principal(caller, target.owner) or caller.agent != target.owner.agent:
+                continue
+            params = {"message": _aip_message("start", target.task_id, "a stranger's start")}
+            status, body, _ = call(client, caller.agent + "aip/", "rpc", params, caller)
+            assert status == 200 and body["result"]["id"] == target.task_id, body
+            got = {"message": _aip_message("get", target.task_id)}
+            status, body, _ = call(client, caller.agent + "aip/", "rpc", got, caller)
+            texts = [m["dataItems"][0]["text"] for m in body["result"]["messageHistory"] if m["dataItems"]]
+            assert texts == ["a stranger's start"], (caller.name, target.owner.name, body)
+    assert Task.objects.filter(client_task_id=aip_tasks[0].task_id).count() >= 2

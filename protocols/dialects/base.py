@@ -27,6 +27,8 @@ class WireDialect:
     error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response
     # The body of a push notification, when it is not the event as encode_event writes it
     encode_push: EventEncoder | None = None
+    # What it calls the store's states, where its names differ (AIP: submitted is "accepted")
+    state_names: Callable[[str], str] | None = None
     # How its push notifications are labelled (media type, the token's header)
     push_headers: PushHeaders = field(default_factory=PushHeaders)
     # The response headers that echo the activated extensions (0.3 peers may read the X- name);

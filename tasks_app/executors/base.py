@@ -44,7 +44,7 @@ class AgentContext:
     dialect: str = ""
     task_state: str = TaskState.SUBMITTED
     limits: TaskLimits = field(default_factory=TaskLimits)
-    _products_bytes: int | None = field(default=None, init=False, repr=False)
+    _products: dict[str, int] | None = field(default=None, init=False, repr=False)  # bytes by artifact id
 
     @property
     def secret(self) -> str:
@@ -117,7 +117,7 @@ class AgentContext:
         if state not in (TaskState.WORKING, TaskState.REJECTED):
             self._work_first()
         if artifact is not None:
-            self._products_check(artifact.parts)
+            self._products_check(artifact.artifact_id, artifact.parts, append=artifact.append)
         services.task_transition(
             task_id=self.task_id,
             state=state,
@@ -147,22 +147,25 @@ class AgentContext:
             # A hair late, so the job never finds the wait not yet over.
             dispatch.enqueue_expiry(task_id=self.task_id, countdown=timeout.total_seconds() + 0.05)
 
-    def _products_check(self, parts: list[P.Part]) -> None:
+    def _products_check(self, artifact_id: str, parts: list[P.Part], *, append: bool) -> None:
         """The task's products may not outgrow what its client allowed (AIP's maxProductsBytes):
-        the run fails, saying by how much, and the product is not kept."""
+        the run fails, saying by how much, and the product is not kept. A chunk adds to its
+        artifact; a whole artifact replaces the one of its id."""
         limit = self.limits.products_max_bytes
         if limit is None:
             return
-        if self._products_bytes is None:
-            self._products_bytes = selectors.products_size(self.task_id)
-        size = self._products_bytes + P.content_size(parts)
+        if self._products is None:
+            self._products = selectors.products_sizes(self.task_id)
+        sizes = dict(self._products)
+        sizes[artifact_id] = (sizes.get(artifact_id, 0) if append else 0) + P.content_size(parts)
+        size = sum(sizes.values())
         if size > limit:
             raise AgentFailure(
                 f"the products would be {size} bytes, more than the {limit} bytes the client allowed "
                 "(maxProductsBytes)",
                 failure=Failure.PRODUCTS_TOO_LARGE,
             )
-        self._products_bytes = size
+        self._products = sizes
 
     def working(self, msg: Content = None) -> None:
         self._move(TaskState.WORKING, msg)
@@ -181,7 +184,10 @@ class AgentContext:
         """Add an artifact (or, with append=True and the same artifact_id, a chunk of one)."""
         coerced = P.coerce(parts)
         self._work_first()
-        self._products_check(coerced)
+        if self.limits.products_max_bytes is not None:
+            # The id is chosen here, not by the store, so that the check knows which it is.
+            artifact_id = artifact_id or str(uuid.uuid4())
+            self._products_check(artifact_id, coerced, append=append)
         return services.artifact_append(
             task_id=self.task_id,
             parts=coerced,

@@ -19,6 +19,7 @@ DIALECT = WireDialect(
     card=None,
     error=codec.encode_error,
     encode_push=methods.push_notification,
+    state_names=codec.state_to_wire,
     push_headers=PushHeaders(content_type="application/json", token_header="X-ACPS-AIP-Notification-Token"),
     extension_headers=(),
 )
