@@ -45,7 +45,7 @@ from tasks_app.lifecycle import TERMINAL, EventKind
 from tasks_app.selectors import LoggedEvent
 
 from . import amqp, core, messages, selectors, services
-from .models import GroupMembership
+from .models import GroupMembership, GroupTask
 
 log = logging.getLogger(__name__)
 
@@ -167,9 +167,9 @@ class Member:
         if mentioned is False:
             return
         task_id = message.get("taskId")
-        if mentioned is None and command != "start":
-            if not isinstance(task_id, str) or await self._held(task_id) is None:
-                return
+        held = await self._held(task_id) if isinstance(task_id, str) and command != "start" else None
+        if mentioned is None and command != "start" and held is None:
+            return  # not for us: another member's task
         try:
             task = await core.command(self.call, message)
         except TRANSIENT:
@@ -177,14 +177,20 @@ class Member:
         except DomainError as exc:
             log.info("%s: %s of task %r refused: %s", self, command, task_id, exc.message)
             return
-        key = await self._key(str(task.get("id", task_id)))
-        if key is None:
-            return
-        taken = await dbcalls.run(services.group_task_take, membership_pk=self.pk, task_key=key)
-        if mentioned or not self.muted:
+        if command == "start":
+            key = await self._key(str(task.get("id", task_id)))
+            held = (
+                None
+                if key is None
+                else await dbcalls.run(services.group_task_take, membership_pk=self.pk, task_key=key)
+            )
+        # What a command changes reaches the group through the task's log, in order, from the
+        # follower; a `get` changes nothing, so its answer is the update. A muted member
+        # answers only what mentions it.
+        if command == "get" or (self.muted and mentioned):
             await self.publish(messages.task_update(task, aic=self.aic, group_id=self.group_id))
-        if not taken.done:
-            self._follow(key, taken.pk, after=taken.published_seq)
+        if held is not None and not held.done:
+            self._follow(str(held.task_id), held.pk, after=held.published_seq)
 
     async def _management(self, message: dict[str, Any]) -> AfterAck:
         if message.get("senderId") != self.leader:
@@ -238,12 +244,10 @@ class Member:
         )
         return None if found is None else str(found[0])
 
-    async def _held(self, task_id: str) -> str | None:
-        """The key of the caller's task of that id if this member took it in this group."""
+    async def _held(self, task_id: str) -> GroupTask | None:
+        """The caller's task of that id, if this member took it in this group."""
         key = await self._key(task_id)
-        if key is None or await dbcalls.run(selectors.group_task_find, self.pk, key) is None:
-            return None
-        return key
+        return None if key is None else await dbcalls.run(selectors.group_task_find, self.pk, key)
 
     def _follow(self, key: str, taken_pk: int, *, after: int) -> None:
         running = self._followers.get(key)
@@ -254,13 +258,16 @@ class Member:
     async def _follow_task(self, key: str, taken_pk: int, *, after: int) -> None:
         """Publish the task on each status change and product after `after`, until it is over.
         A publish that fails is tried again (the event is not marked sent until it went out)."""
+        status: dict[str, Any] | None = None  # the last status event seen: a product's state
         while True:
             try:
                 async with streams.follow(key) as feed:
                     async for event in streams.tail(feed, after=after, heartbeat=FOLLOW_HEARTBEAT):
                         if event is None:
                             continue
-                        over = await self._publish_event(key, event)
+                        if event.kind == EventKind.STATUS:
+                            status = event.payload
+                        over = await self._publish_event(key, event, status)
                         await dbcalls.run(
                             services.group_task_published, group_task_pk=taken_pk, seq=event.seq, done=over
                         )
@@ -273,15 +280,15 @@ class Member:
                 log.warning("%s: following task %s: %s; trying again", self, key, exc)
                 await asyncio.sleep(1.0)
 
-    async def _publish_event(self, key: str, event: LoggedEvent) -> bool:
-        """Publish the task as of `event` (a status event's own state); whether it is over."""
+    async def _publish_event(self, key: str, event: LoggedEvent, status: dict[str, Any] | None) -> bool:
+        """Publish the task as of `event`: in the state of the last status event (the task may
+        have moved on since it was written), with its products; whether the task is over."""
         if event.kind not in (EventKind.STATUS, EventKind.ARTIFACT):
             return False
         view = await task_get(self.call, key, history_length=0)
-        over = False
-        if event.kind == EventKind.STATUS:
-            view = _at_status(view, event.payload)
-            over = view.state in TERMINAL
+        if status is not None:
+            view = _at_status(view, status)
+        over = event.kind == EventKind.STATUS and view.state in TERMINAL
         if not self.muted:
             await self.publish(messages.task_update(core.encode_task(view), aic=self.aic, group_id=self.group_id))
         return over
