@@ -86,7 +86,8 @@ def _params(target: Target) -> dict[str, Any]:
         "password": target.password,
         "virtualhost": target.vhost,
         "timeout": settings.AIP_GROUP_CONNECT_TIMEOUT,
-        "client_properties": {"connection_name": target.connection_name},
+        # aiormq sends the URL query's `name` as the connection_name client property.
+        "client_properties": {"name": target.connection_name},
     }
 
 

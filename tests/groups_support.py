@@ -5,6 +5,8 @@ installed, `groups.core.available()`) stand-ins for the core's `flow.command` an
 from __future__ import annotations
 
 import asyncio
+import re
+import subprocess
 import uuid
 from typing import Any
 
@@ -211,3 +213,32 @@ class FakeFlow:
             raise TaskNotFound(f"task {task_id!r} not found")
         view = await exchange.task_get(call, task_id, history_length=0)
         return FakeCodec.encode_task(view)
+
+
+def broker_connections(name_part: str) -> list[str]:
+    """The broker's connections whose client properties name `name_part` (their pids, as
+    rabbitmqctl writes and takes them)."""
+    listed = subprocess.run(
+        ["rabbitmqctl", "list_connections", "-q", "--no-table-headers", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    found = []
+    for line in listed.splitlines():
+        pid, _, properties = line.partition("\t")
+        named = re.search(r'\{"connection_name","([^"]*)"\}', properties)
+        if named and name_part in named.group(1):
+            found.append(pid)
+    return found
+
+
+def close_broker_connections(name_part: str) -> int:
+    """Have the broker close those connections, as it does when it shuts down or a node goes."""
+    pids = broker_connections(name_part)
+    for pid in pids:
+        subprocess.run(
+            ["rabbitmqctl", "close_connection", pid, "closed by a test"], capture_output=True, check=True, timeout=30
+        )
+    return len(pids)

@@ -31,7 +31,7 @@ from groups.runner import Runner
 from protocols.exchange import Call
 from tasks_app.models import Task
 from tests.conftest import ROOT, make_agent
-from tests.groups_support import BROKER, FakeCodec, FakeFlow, Leader
+from tests.groups_support import BROKER, FakeCodec, FakeFlow, Leader, broker_connections, close_broker_connections
 
 ME = "acme/partner"
 OTHER = "agent-partner-2"
@@ -277,6 +277,22 @@ def test_a_command_sent_while_the_runner_is_down_waits_in_the_queue_and_runs_onc
 
     assert states(updates)[0] == "accepted"
     assert Task.objects.get().client_task_id == "task-while-down"
+
+
+def test_a_connection_the_broker_closes_is_opened_again_and_no_command_is_lost(partner, commands):
+    async def body(leader: Leader, running: Running):
+        name = f"agentserver {ME} in {leader.group_id}"
+        before = await asyncio.to_thread(broker_connections, name)
+        assert await asyncio.to_thread(close_broker_connections, name) == 1
+        await leader.command("start", "task-after-the-drop", mentions=[ME])
+        updates = await leader.updates_until("task-after-the-drop", {"completed", "awaiting-completion"})
+        after = await asyncio.to_thread(broker_connections, name)
+        return before, after, updates
+
+    before, after, updates = in_group(partner, body)
+
+    assert len(after) == 1 and after != before, "the member reconnected"
+    assert states(updates)[0] == "accepted"
 
 
 def test_a_command_whose_handling_fails_for_the_moment_comes_again_and_is_applied(partner, commands, monkeypatch):

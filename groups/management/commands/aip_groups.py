@@ -8,11 +8,22 @@ import logging
 import signal
 from typing import Any
 
+import aiormq
 from django.core.management.base import BaseCommand
 
 from groups.runner import Runner
 
 log = logging.getLogger("groups.runner")
+
+
+def _quiet_restores(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """aio-pika's robust channels try to reopen while their connection is still away, and
+    leave that failure in a task nobody awaits; the connection restores them once it is back.
+    One line for it, not asyncio's traceback."""
+    if isinstance(context.get("exception"), aiormq.exceptions.ChannelInvalidStateError):
+        log.info("group runner: a channel waits for its connection to come back")
+        return
+    loop.default_exception_handler(context)
 
 
 class Command(BaseCommand):
@@ -26,6 +37,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.set_exception_handler(_quiet_restores)
         log.info("group runner: started")
         self.stdout.write("group runner: started", ending="\n")
         self.stdout.flush()
