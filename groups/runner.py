@@ -5,11 +5,13 @@ Each consumer reads its member's queue and, for each message (acked once handled
 redelivers it; handling twice is harmless: a second start is ignored by the state table):
 
 - its own messages (the fanout echoes them) and other partners' Task updates are skipped;
-- a Leader's `message` with a `command` is applied (`core.command`) when `mentions` names the
-  member or "all"; without mentions a `start` is taken, and any other command only for a task
-  the member holds. The resulting Task goes to the exchange with `senderId` and `groupId`;
-- each task taken is then followed in the task's event log (the database is the truth, hints
-  only wake the follower), and every later status change and product goes out as a Task;
+- a Leader's `message` with a `command` is applied (`core.command`, never waiting for the
+  agent) when `mentions` names the member or "all"; without mentions a `start` is taken, and
+  any other command only for a task the member took in this group;
+- each task taken is followed in its event log (the database is the truth, hints only wake
+  the follower), and every status change and product goes to the exchange as an AIP Task
+  with `senderId` and `groupId`, in the order the log has them (so what a command changes
+  reaches the group that way; a `get`, which changes nothing, is answered with the Task);
 - `group-mgmt-message`: `leave-group` (mentioning the member) -> its last status
   `{connected: false}`, then it stops, deletes its queue and is marked left; `get-status`
   (or `status`) -> `{connected: true, muted}`; `mute` / `unmute`;
