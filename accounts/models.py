@@ -57,6 +57,11 @@ class Agent(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField()
     version = models.CharField(max_length=50, default="1.0.0")
+    # Its Agent Identity Code in the ACPs family (AIP's senderId, a group's member id); empty
+    # for an agent without one, which then goes by `aip_id`.
+    aic = models.CharField(
+        max_length=200, blank=True, default="", db_default="", verbose_name="AIC", help_text="ACPs Agent Identity Code."
+    )
     # The card's provider (empty: the tenant, at this server's URL), icon and documentation.
     # Database defaults too: rows written without these columns (older code mid-deploy, a
     # migration's historical models) get empty ones.
@@ -140,6 +145,11 @@ class Agent(models.Model):
     @property
     def path(self) -> str:
         return f"/agents/{self.tenant.slug}/{self.slug}/"
+
+    @property
+    def aip_id(self) -> str:
+        """Who it is to AIP peers (its senderId): its AIC, else its tenant's and its slugs."""
+        return self.aic or f"{self.tenant.slug}/{self.slug}"
 
 
 class Role(models.TextChoices):

@@ -166,11 +166,21 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tasks_app.tasks.sweep_stuck_work",
         "schedule": env.float("SWEEP_EVERY", default=15.0),
     },
+    # Each timeout is also a job of its own, due when it runs out; this closes what those missed.
+    "sweep-awaiting": {
+        "task": "tasks_app.tasks.sweep_awaiting",
+        "schedule": env.float("AWAITING_SWEEP_EVERY", default=15.0),
+    },
 }
 
 # --- Protocol knobs ------------------------------------------------------------------
 # A blocking SendMessage waits at most this long, then answers with the task as it is.
 A2A_BLOCKING_TIMEOUT = env.float("A2A_BLOCKING_TIMEOUT", default=AGENT_TIME_LIMIT + 10)
+# ACPs AIP (docs/aip.md): an rpc start or continue waits this long at most for the task to
+# settle (less if the Leader's responseTimeout says so); times are written in this zone
+# (the seed's default is Beijing time).
+AIP_RESPONSE_TIMEOUT = env.float("AIP_RESPONSE_TIMEOUT", default=A2A_BLOCKING_TIMEOUT)
+AIP_TIME_ZONE = env.str("AIP_TIME_ZONE", default="Asia/Shanghai")
 # Waiters re-read the database this often even when no hint arrives: a lost hint costs this much.
 HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
 # An SSE stream sends a keep-alive comment after this many quiet seconds, and reads the event

@@ -17,3 +17,4 @@ class ProtocolsConfig(AppConfig):
             encoders.register_task(dialect.name, dialect.encode_task)
             if dialect.encode_push is not None:
                 encoders.register_push(dialect.name, dialect.encode_push)
+            encoders.register_push_headers(dialect.name, dialect.push_headers)

@@ -150,7 +150,12 @@ async def _call(
     dialect = None
     try:
         version = (request.headers.get("a2a-version") or request.query.get("A2A-Version") or "").strip()
-        candidates = dialects.for_request(version, incoming.method)
+        # A binding that speaks one dialect (AIP's paths) names it; A2A's are told by version.
+        candidates = (
+            dialects.for_binding(incoming.dialect, incoming.method)
+            if incoming.dialect
+            else dialects.for_request(version, incoming.method)
+        )
         if not candidates and (missing_version := dialects.version_missing(version, incoming.method)):
             raise missing_version
         if not candidates:
@@ -159,7 +164,8 @@ async def _call(
             return binding.fault(incoming.id, fault, request)
         dialect = candidates[0] if len(candidates) == 1 else await _by_task(candidates, incoming, agent, principal)
         extra = activation.echo(dialect.extension_headers)
-        extensions.check_required(agent, activation)
+        if dialect.extension_headers:  # a dialect without A2A's extensions is not held to them
+            extensions.check_required(agent, activation)
         context = Call(
             agent=agent,
             principal=principal,

@@ -23,7 +23,7 @@ from accounts.selectors import Principal
 from push import services as push_services
 from push.domain import PushConfigInput
 from tasks_app import dbcalls, hints, selectors, services, storable, streams
-from tasks_app.domain import MessageView, NewMessage, TaskView, parse_task_id
+from tasks_app.domain import MessageView, NewMessage, TaskLimits, TaskView, parse_task_id
 from tasks_app.errors import (
     InvalidAgentResponse,
     InvalidParams,
@@ -31,7 +31,7 @@ from tasks_app.errors import (
     TaskNotFound,
     UnsupportedOperation,
 )
-from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure
+from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure, TaskState
 from tasks_app.waiting import wait_until_settled
 
 
@@ -62,6 +62,28 @@ class Send:
     reopen: frozenset[str] = frozenset()
     # Whether the dialect has bare-message answers; without, a reply is the completed task.
     bare_replies: bool = True
+    # How long a blocking send waits for the task to settle (None: A2A_BLOCKING_TIMEOUT).
+    timeout: float | None = None
+    # The states that end a stream of this exchange (AIP's streams last until the task is over).
+    until: frozenset[str] = SETTLED
+    # A new task's stream opens with the task as the agent's first move left it, not as it was
+    # received (AIP: a start is accepted or rejected, and the stream shows only the one).
+    await_first_move: bool = False
+    # What a new task asks (timeouts, the products' size), and the state a follow-up resumes
+    # it in (AIP's continue: working).
+    limits: TaskLimits | None = None
+    resume_as: str = TaskState.SUBMITTED
+    # A push config registered ahead of the new task, to move onto it (AIP's notification/start).
+    attach: Attach | None = None
+
+
+@dataclass(frozen=True)
+class Attach:
+    """A config the client registered ahead of the task it starts now, and what it wants of it."""
+
+    config_id: str
+    states: list[str]
+    after_seq: int  # the events up to this one are not delivered
 
 
 @dataclass(frozen=True)
@@ -173,10 +195,10 @@ def _needs_lookup(sent: Send) -> bool:
 
 def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
     """Store the message (and an inline push config) and queue the agent."""
-    message, push = sent.message, sent.push
+    message, push, attach = sent.message, sent.push, sent.attach
     # With an inline push config, the config and the message commit together; its cursor
     # starts before the message's first event, so the receiver hears of all of it.
-    with transaction.atomic() if push else nullcontext():
+    with transaction.atomic() if push or attach else nullcontext():
         if push and message.task_id:
             push_services.config_create(
                 agent=call.agent, principal=call.principal, task_id=message.task_id, config=push
@@ -192,10 +214,21 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
             client_task_id=None if message.task_id else sent.client_task_id,
             reopen=sent.reopen,
             activated_extensions=activation(call, sent),
+            limits=sent.limits,
+            resume_as=sent.resume_as,
         )
         if push and not message.task_id:
             push_services.config_create(
                 agent=call.agent, principal=call.principal, task_id=str(task.pk), config=push, after_seq=0
+            )
+        if attach and not message.task_id:
+            push_services.config_attach(
+                agent=call.agent,
+                principal=call.principal,
+                task=task,
+                config_id=attach.config_id,
+                states=attach.states,
+                after_seq=attach.after_seq,
             )
     return task, stored
 
@@ -259,6 +292,7 @@ async def send(call: Call, sent: Send) -> Answer:
         view = selectors.task_view(task, history_length=history_length, include_artifacts=False, known_history=[stored])
         return Answer(task=view), str(task.pk)
 
+    timeout = settings.A2A_BLOCKING_TIMEOUT if sent.timeout is None else sent.timeout
     async with hints.watch(task_id) as watch:
         immediate, key = await dbcalls.run(receive)
         if immediate is not None:
@@ -266,7 +300,7 @@ async def send(call: Call, sent: Send) -> Answer:
         if key == task_id:
             await wait_until_settled(
                 task_id,
-                timeout=settings.A2A_BLOCKING_TIMEOUT,
+                timeout=timeout,
                 watch=watch,
                 read_first=False,
                 trust_settling_hints=not sent.message.task_id,
@@ -274,7 +308,7 @@ async def send(call: Call, sent: Send) -> Answer:
     if key != task_id:
         # The UUID the client sent was the id another client chose for this task, not its
         # key: the watch was on the wrong key, so read first and watch the right one.
-        await wait_until_settled(key, timeout=settings.A2A_BLOCKING_TIMEOUT, trust_settling_hints=False)
+        await wait_until_settled(key, timeout=timeout, trust_settling_hints=False)
     return await dbcalls.run(answer_for, key, history_length, as_reply=True, bare=sent.bare_replies)
 
 
@@ -327,8 +361,29 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
         await resources.aclose()
         raise
     fresh = not message.task_id and sent.bare_replies
+    held = not message.task_id and sent.await_first_move
 
     async def items() -> AsyncGenerator[Item, None]:
+        nonlocal seq, snapshot
+        if held:
+            # The task goes out once the agent has moved it, as that move left it.
+            async with aclosing(streams.tail(feed, after=seq, heartbeat=settings.SSE_HEARTBEAT)) as tail:
+                async for event in tail:
+                    if event is not None:
+                        break
+                    yield None
+                else:  # the tail never ends but by an exception
+                    return
+            found = await dbcalls.run(
+                selectors.task_snapshot,
+                agent=call.agent,
+                principal=call.principal,
+                task_id=snapshot.key,
+                history_length=history_length,
+            )
+            if found is None:
+                return
+            snapshot, seq = found
         if fresh:
             # A new exchange may be answered by a bare Message, and then the client sees only
             # that Message: so the Task goes out with the agent's first event, not before it.
@@ -345,11 +400,11 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
                 yield first.seq, MessageView.from_payload(first.payload["message"])
                 return
         yield seq, snapshot
-        if snapshot.state in SETTLED:
+        if snapshot.state in sent.until:
             # A follow-up whose run settled the task before the snapshot was read: the
             # snapshot is the end of this exchange, and no later event would end the stream.
             return
-        async for item in _events(feed, snapshot.id, snapshot.context_id, after=seq, until=SETTLED):
+        async for item in _events(feed, snapshot.id, snapshot.context_id, after=seq, until=sent.until):
             yield item
 
     return EventStream(items(), resources)

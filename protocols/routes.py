@@ -1,7 +1,7 @@
 """Every path of the agent API, once. Django's URLconf (`agentserver/urls.py`) includes them
 all; the ASGI router (`agentserver/asgi.py`) hands a request on a path with a consumer to that
 consumer (a consumer can stream), and any other agent path to Django without the site
-middleware. A new binding (AIP paths) is one more line here."""
+middleware. A new binding is one more line here."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from django.urls import URLPattern, path, register_converter
 from . import views
 from .bindings import HTTP_JSON, JSONRPC
 from .consumers import AgentConsumer
+from .dialects.aip.binding import BINDING as AIP
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 
@@ -37,6 +38,7 @@ register_converter(_Below, "below")
 
 _agent_rpc = AgentConsumer.as_asgi(binding=JSONRPC)
 _agent_rest = AgentConsumer.as_asgi(binding=HTTP_JSON)
+_agent_aip = AgentConsumer.as_asgi(binding=AIP)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ ROUTES = [
     Route(path("agents/<str:tenant>/<str:agent>/", views.agent_rpc, name="agent-rpc"), _agent_rpc),
     # Clients often drop the trailing slash; a redirect would lose a POST body.
     Route(path("agents/<str:tenant>/<str:agent>", views.agent_rpc), _agent_rpc),
+    # ACPs AIP: one path per method below aip/ (or any method at aip/ itself).
+    Route(path("agents/<str:tenant>/<str:agent>/aip/<below:path>", views.agent_aip, name="agent-aip"), _agent_aip),
+    Route(path("agents/<str:tenant>/<str:agent>/aip/", views.agent_aip, name="agent-aip-base"), _agent_aip),
+    Route(path("agents/<str:tenant>/<str:agent>/aip", views.agent_aip), _agent_aip),
     # Every other path below the agent's is an HTTP+JSON route, or answers as one that nothing
     # is there: a client of those routes parses google.rpc.Status.
     Route(path("agents/<str:tenant>/<str:agent>/<below:path>", views.agent_rest, name="agent-rest"), _agent_rest),

@@ -22,6 +22,7 @@ from tasks_app.lifecycle import Dialect
 
 from . import dialects, endpoint
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
+from .dialects.aip.binding import BINDING as AIP
 
 
 def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
@@ -50,6 +51,12 @@ async def agent_rpc(request: HttpRequest, tenant: str, agent: str) -> HttpRespon
 async def agent_rest(request: HttpRequest, tenant: str, agent: str, path: str) -> HttpResponse:
     """The HTTP+JSON routes below the agent's path."""
     return await _serve(HTTP_JSON, request, tenant, agent, path)
+
+
+@csrf_exempt
+async def agent_aip(request: HttpRequest, tenant: str, agent: str, path: str = "") -> HttpResponse:
+    """ACPs AIP's paths below the agent's (`aip/rpc`, `aip/stream`, …)."""
+    return await _serve(AIP, request, tenant, agent, path)
 
 
 async def _serve(binding: Binding, request: HttpRequest, tenant: str, agent: str, path: str) -> HttpResponse:
@@ -108,6 +115,7 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
         # 1.0 and 0.3 cards cannot be one document.
         query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
         dialect = dialects.card_for((request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip())
+    assert dialect.card is not None  # card_for and named() here give A2A dialects, which all have cards
     body = orjson.dumps(dialect.card(found, base_url=_base_url(request)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too

@@ -31,11 +31,9 @@ from . import dispatch, selectors, services, signing
 log = logging.getLogger(__name__)
 
 BATCH = 50  # events per job, then the job hands over (fairness between configs on busy workers)
-CONTENT_TYPE = "application/a2a+json"
 SIGNATURE_HEADER = "A2A-Push-Signature"
 EVENT_ID_HEADER = "A2A-Push-Event-Id"
 ATTEMPT_HEADER = "A2A-Push-Attempt"
-TOKEN_HEADER = "X-A2A-Notification-Token"  # the name a2a-python receivers read the token from
 
 
 def run(*, config_pk: int) -> str:
@@ -67,8 +65,11 @@ def run(*, config_pk: int) -> str:
 
 
 def headers_for(due: services.Due, *, body: bytes, signature: str) -> dict[str, str]:
+    # The body's type and the token's header are the task's dialect's (AIP: application/json,
+    # X-ACPS-AIP-Notification-Token); the signature and event headers are the same for all.
+    labels = encoders.push_headers(due.dialect)
     headers = {
-        "Content-Type": CONTENT_TYPE,
+        "Content-Type": labels.content_type,
         "User-Agent": "agentserver-push/1",
         SIGNATURE_HEADER: signature,
         EVENT_ID_HEADER: due.event_id,
@@ -78,7 +79,7 @@ def headers_for(due: services.Due, *, body: bytes, signature: str) -> dict[str, 
         headers["Authorization"] = f"{due.auth_scheme} {unseal(due.credentials_sealed)}".rstrip()
     token = unseal(due.token_sealed)
     if token:
-        headers[TOKEN_HEADER] = token
+        headers[labels.token_header] = token
     return headers
 
 
@@ -90,7 +91,9 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
         return services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
 
     try:
-        body = orjson.dumps(encoders.encode_push(due.dialect, due.task_id, due.context_id, due.kind, due.payload))
+        body = orjson.dumps(
+            encoders.encode_push(due.dialect, due.task_id, due.context_id, due.kind, due.payload, key=due.task_key)
+        )
     except (LookupError, TypeError, ValueError) as exc:
         return record(status_code=None, latency_ms=0, error=f"the event could not be encoded: {exc}", permanent=True)
     try:

@@ -58,6 +58,9 @@ class PushConfig(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     deleted_at = models.DateTimeField(null=True, blank=True, help_text="Deleted by the client; kept for the log.")
+    # The states whose status events are delivered (AIP's notifyOnStates), in the store's
+    # names; empty: every event.
+    notify_on_states = models.JSONField(default=list, blank=True, db_default=[])
 
     objects = PushConfigQuerySet.as_manager()
 
@@ -82,6 +85,34 @@ class PushConfig(models.Model):
 
     def __str__(self) -> str:
         return f"{self.config_id} on {self.task_id}"
+
+
+class PendingPushConfig(models.Model):
+    """A config a client registered for a task it has not started yet, under the id it will
+    give the task (AIP: notification/set, then notification/start naming the config). Starting
+    the task moves it onto the task as a PushConfig (push.services.config_attach)."""
+
+    agent = models.ForeignKey("accounts.Agent", on_delete=models.CASCADE, related_name="+")
+    owner = models.CharField(max_length=150)
+    client_task_id = models.CharField(max_length=ID_LENGTH)
+    config_id = models.CharField(max_length=ID_LENGTH)
+    url = models.URLField(max_length=URL_LENGTH)
+    auth_scheme = models.CharField(max_length=SCHEME_LENGTH, blank=True, default="")
+    credentials_sealed = models.TextField(blank=True, default="", editable=False)
+    token_sealed = models.TextField(blank=True, default="", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "push config awaiting its task"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "owner", "client_task_id", "config_id"], name="push_pending_unique_id_per_task"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.config_id} awaiting {self.client_task_id}"
 
 
 class DeliveryState(models.TextChoices):

@@ -19,7 +19,7 @@ from tasks_app.models import Task
 from tasks_app.selectors import display_id, task_for_caller
 
 from .domain import REDACTED, PushConfigView
-from .models import PushConfig
+from .models import PendingPushConfig, PushConfig
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ def config_view(config: PushConfig, *, task: Task | None = None) -> PushConfigVi
     )
 
 
-def _unsealed_or_blank(config: PushConfig, sealed: str, what: str) -> str:
+def _unsealed_or_blank(config: PushConfig | PendingPushConfig, sealed: str, what: str) -> str:
     # A secret sealed under a key the operator has since dropped is gone; the config is still
     # the caller's to read and delete.
     try:
@@ -90,6 +90,26 @@ def configs_for_caller(
     page = list(configs[: page_size + 1])
     next_token = _page_token(page[page_size - 1].pk) if len(page) > page_size else ""
     return [config_view(c, task=task) for c in page[:page_size]], next_token
+
+
+def pending_configs_for_caller(
+    *, agent: Agent, principal: Principal, client_task_id: str, config_id: str | None = None
+) -> list[PushConfigView]:
+    """The configs the caller registered for a task it has not started yet (AIP), oldest first."""
+    found = PendingPushConfig.objects.filter(agent=agent, owner=principal.name, client_task_id=client_task_id)
+    if config_id is not None:
+        found = found.filter(config_id=config_id)
+    return [
+        PushConfigView(
+            config_id=c.config_id,
+            task_id=c.client_task_id,
+            url=c.url,
+            token=_unsealed_or_blank(c, c.token_sealed, "token"),
+            auth_scheme=c.auth_scheme,
+            auth_credentials=REDACTED if c.credentials_sealed else "",
+        )
+        for c in found.order_by("pk")
+    ]
 
 
 def live_config_pks(task_id: Any) -> list[int]:

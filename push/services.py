@@ -24,12 +24,13 @@ from accounts.sealing import seal
 from accounts.selectors import Principal
 from outbound import client, ssrf
 from tasks_app.errors import InvalidParams
+from tasks_app.models import Task
 from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark
 
 from . import dispatch
 from .domain import REDACTED, PushConfigInput
-from .models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
+from .models import ConfigStatus, DeliveryState, PendingPushConfig, PushAttempt, PushConfig, PushDelivery
 
 # RFC 9110 token (an auth scheme) and visible ASCII plus space (credentials, token): header
 # values must not smuggle a CR/LF into the request.
@@ -63,6 +64,15 @@ def config_check(*, config: PushConfigInput) -> None:
             raise InvalidParams(f"{name} must be printable ASCII (it is sent in an HTTP header)")
 
 
+def _sealed_fields(config: PushConfigInput) -> dict[str, str]:
+    return {
+        "url": config.url,
+        "auth_scheme": config.auth_scheme,
+        "credentials_sealed": seal(config.auth_credentials),
+        "token_sealed": seal(config.token),
+    }
+
+
 def config_create(
     *, agent: Agent, principal: Principal, task_id: str, config: PushConfigInput, after_seq: int | None = None
 ) -> PushConfig:
@@ -73,12 +83,7 @@ def config_create(
     """
     with transaction.atomic():
         task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
-        fields = {
-            "url": config.url,
-            "auth_scheme": config.auth_scheme,
-            "credentials_sealed": seal(config.auth_credentials),
-            "token_sealed": seal(config.token),
-        }
+        fields = _sealed_fields(config)
         existing = (
             PushConfig.objects.filter(task=task, config_id=config.config_id, deleted_at__isnull=True).first()
             if config.config_id
@@ -105,18 +110,85 @@ def config_create(
     return stored
 
 
-def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id: str) -> None:
-    """Delete a config: nothing more is delivered to it. Deleting what is not there is not an
-    error (A2A wants Delete idempotent); the task must still be the caller's."""
+def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id: str | None) -> int:
+    """Delete a config (`config_id` None: every config of the task): nothing more is delivered
+    to it. Deleting what is not there is not an error (A2A wants Delete idempotent); the task
+    must still be the caller's. How many were deleted."""
     now = timezone.now()
     with transaction.atomic():
         task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        doomed = PushConfig.objects.filter(task=task, deleted_at__isnull=True)
+        if config_id is not None:
+            doomed = doomed.filter(config_id=config_id)
         # The row stays for the delivery log; its secrets go.
-        PushConfig.objects.filter(task=task, config_id=config_id, deleted_at__isnull=True).update(
+        deleted = doomed.update(
             deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
         )
         if task.has_push_configs and not PushConfig.objects.filter(task=task, deleted_at__isnull=True).exists():
             task_push_configs_mark(task=task, present=False)
+    return deleted
+
+
+# --- configs registered before their task (AIP) -----------------------------------------
+
+
+def config_register_ahead(
+    *, agent: Agent, principal: Principal, client_task_id: str, config: PushConfigInput
+) -> PendingPushConfig:
+    """Register (or, for an id it has, replace) a config for a task the caller has not started
+    yet, under the id it will give the task. The caller has run `config_check` first and found
+    no task of that id."""
+    with transaction.atomic():
+        stored, _ = PendingPushConfig.objects.update_or_create(
+            agent=agent,
+            owner=principal.name,
+            client_task_id=client_task_id,
+            config_id=config.config_id or str(uuid.uuid4()),
+            defaults=_sealed_fields(config),
+        )
+    return stored
+
+
+def pending_configs_delete(*, agent: Agent, principal: Principal, client_task_id: str, config_id: str | None) -> int:
+    """Delete configs registered ahead of a task (`config_id` None: all of them)."""
+    doomed = PendingPushConfig.objects.filter(agent=agent, owner=principal.name, client_task_id=client_task_id)
+    if config_id is not None:
+        doomed = doomed.filter(config_id=config_id)
+    return doomed.delete()[0]
+
+
+def config_attach(
+    *, agent: Agent, principal: Principal, task: Task, config_id: str, states: Iterable[str] = (), after_seq: int = 0
+) -> PushConfig:
+    """Move a config registered ahead of `task` (just created, in the caller's transaction)
+    onto it, delivering the events after `after_seq` (in `states` only, if any are named).
+    InvalidParams if the caller registered no config of that id for the task's id."""
+    client_task_id = task.client_task_id or str(task.pk)
+    pending = (
+        PendingPushConfig.objects.select_for_update()
+        .filter(agent=agent, owner=principal.name, client_task_id=client_task_id, config_id=config_id)
+        .first()
+    )
+    if pending is None:
+        raise InvalidParams(
+            f"notificationConfigId {config_id!r} names no notification config set for task {client_task_id!r} "
+            "(notification/set it first)"
+        )
+    stored = PushConfig.objects.create(
+        task=task,
+        config_id=pending.config_id,
+        url=pending.url,
+        auth_scheme=pending.auth_scheme,
+        credentials_sealed=pending.credentials_sealed,
+        token_sealed=pending.token_sealed,
+        notify_on_states=sorted(set(states)),
+        delivered_seq=after_seq,
+    )
+    pending.delete()
+    task_push_configs_mark(task=task, present=True)
+    pk = stored.pk
+    transaction.on_commit(lambda: dispatch.enqueue_delivery(config_pk=pk))
+    return stored
 
 
 # --- the delivery cursor ----------------------------------------------------------------
@@ -151,7 +223,8 @@ class Due:
 
     config_pk: int
     event_pk: int
-    task_id: str
+    task_id: str  # as the task is shown (its client's own id, if it chose one)
+    task_key: str
     context_id: str
     dialect: str  # the task's: its events are pushed as its creator's dialect writes them
     seq: int
@@ -178,7 +251,17 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
     config = PushConfig.objects.live().select_related("task").filter(pk=config_pk, lease_token=lease_token).first()
     if config is None:
         return None
-    event = event_after(config.task_id, config.delivered_seq)
+    states = config.notify_on_states
+    event = event_after(config.task_id, config.delivered_seq, states=states)
+    if states:
+        # A config for some states only passes the events of others: its cursor moves past
+        # them, so that it is not owed them (the sweeper would send a job for them forever).
+        # Every event up to the task's last_seq read above (with the config) is committed.
+        passed = event.seq - 1 if event is not None else config.task.last_seq
+        if passed > config.delivered_seq:
+            PushConfig.objects.filter(pk=config_pk, lease_token=lease_token, delivered_seq__lt=passed).update(
+                delivered_seq=passed
+            )
     if event is None:
         return None
     # The delivery row itself is made with the first attempt's record, in its transaction:
@@ -191,6 +274,7 @@ def delivery_next(*, config_pk: int, lease_token: uuid.UUID) -> Due | None:
         # The id the task is shown by (the client's own for an A2A 0.1 task): what the
         # receiver knows it by, in the body and the signed claims.
         task_id=config.task.client_task_id or str(config.task_id),
+        task_key=str(config.task_id),
         context_id=config.task.context_id,
         dialect=config.task.dialect,
         seq=event.seq,

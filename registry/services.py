@@ -150,7 +150,9 @@ def hosted_base_url() -> str:
 
 def read_hosted_card(agent: Agent) -> ReadCard:
     """A hosted agent's card as its clients get it (generated here, nothing fetched)."""
-    document = dialects.default().card(agent, base_url=hosted_base_url())
+    card = dialects.default().card
+    assert card is not None  # the default dialect is A2A's, which has a card
+    document = card(agent, base_url=hosted_base_url())
     return _read(document, raw=orjson.dumps(document).decode(), fetched_from=hosted_card_url(agent))
 
 

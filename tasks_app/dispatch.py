@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 
 RUN_AGENT = "tasks_app.tasks.run_agent"
 FORWARD_CANCEL = "tasks_app.tasks.forward_cancel"
+EXPIRE_AWAITING = "tasks_app.tasks.expire_awaiting"
 
 
 def _publish_options() -> dict[str, Any]:
@@ -51,3 +52,12 @@ def enqueue_forward_cancel(*, task_id: Any) -> None:
         current_app.tasks[FORWARD_CANCEL].apply_async((str(task_id),), **_publish_options())
     except Exception as exc:  # noqa: BLE001 - kombu raises many kinds
         log.warning("could not tell task %s's executor of its cancel (%s)", task_id, exc)
+
+
+def enqueue_expiry(*, task_id: Any, countdown: float) -> None:
+    """Close the task after `countdown` seconds if it still waits on its client then
+    (services.task_expire_awaiting). Best effort: the sweeper closes what a lost job did not."""
+    try:
+        current_app.tasks[EXPIRE_AWAITING].apply_async((str(task_id),), countdown=countdown, **_publish_options())
+    except Exception as exc:  # noqa: BLE001 - kombu raises many kinds
+        log.warning("could not schedule the timeout of task %s (%s); the sweeper will close it", task_id, exc)

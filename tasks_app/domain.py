@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import storable
@@ -21,6 +21,17 @@ def parse_task_id(value: str) -> uuid.UUID | None:
         return uuid.UUID(str(value))
     except ValueError:
         return None
+
+
+@dataclass(frozen=True)
+class TaskLimits:
+    """What a client may ask of a task when it starts it (AIP's start): how long the task
+    waits for input, or for the client to confirm its products, before the server closes it;
+    and how large its products may grow."""
+
+    input_timeout: timedelta | None = None
+    completion_timeout: timedelta | None = None
+    products_max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,8 @@ class NewMessage:
     task_id: str | None = None
     command: str = ""
     command_params: dict[str, Any] | None = None
+    sent_at: datetime | None = None  # the sender's own time of sending (AIP sentAt)
+    sender_id: str = ""  # the sender's own id (AIP senderId)
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,40 @@ class TaskView:
 
 
 @dataclass(frozen=True)
+class LoggedMessage:
+    """A client's message as its task's record keeps it (AIP's messageHistory): the message,
+    the command it carried, and when and by whom its sender says it was sent."""
+
+    message: MessageView
+    command: str
+    command_params: dict[str, Any] | None
+    sent_at: datetime  # the sender's own time, else when the server stored it
+    sender_id: str
+
+
+@dataclass(frozen=True)
+class LoggedStatus:
+    """One transition of a task (AIP's statusHistory), with its message or, for one the server
+    made, its reason."""
+
+    state: str
+    timestamp: datetime
+    message: MessageView | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    """A task with its record: the client's messages and the transitions, each since a time
+    the reader gives (or all), and the reason of its latest transition."""
+
+    view: TaskView
+    messages: list[LoggedMessage]
+    statuses: list[LoggedStatus]
+    reason: str
+
+
+@dataclass(frozen=True)
 class NewArtifact:
     """An artifact as an agent reports it: whole, or (append=True) a chunk of the one with
     this id."""
@@ -151,3 +198,7 @@ class RunInputs:
     # and those the latest client message's request activated ({"uri", "metadata"}).
     agent_extensions: list[dict[str, Any]] = field(default_factory=list)
     activated_extensions: list[dict[str, Any]] = field(default_factory=list)
+    # The dialect that created the task, and what its client asked of it (Task.input_timeout…).
+    dialect: str = ""
+    state: str = ""  # as the claim found it
+    limits: TaskLimits = field(default_factory=lambda: TaskLimits())

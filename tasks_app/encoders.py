@@ -7,6 +7,7 @@ POSTs the task itself) registers a push encoder too."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 # (task id, context id, event kind, event payload in domain form) -> the JSON to send
@@ -35,13 +36,37 @@ def register_push(dialect: str, encoder: EventEncoder) -> None:
     _push_encoders[dialect] = encoder
 
 
-def encode_push(dialect: str, task_id: str, context_id: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """The body of the push notification of this event: the dialect's push encoder's, else the
-    event as the dialect writes it; LookupError for a dialect that registered neither."""
+@dataclass(frozen=True)
+class PushHeaders:
+    """How a dialect's push notifications are labelled: the body's media type, and the header
+    that carries the token the client registered with its config."""
+
+    content_type: str = "application/a2a+json"
+    token_header: str = "X-A2A-Notification-Token"  # the name a2a-python receivers read
+
+
+_push_headers: dict[str, PushHeaders] = {}
+
+
+def register_push_headers(dialect: str, headers: PushHeaders) -> None:
+    _push_headers[dialect] = headers
+
+
+def push_headers(dialect: str) -> PushHeaders:
+    return _push_headers.get(dialect) or PushHeaders()
+
+
+def encode_push(
+    dialect: str, task_id: str, context_id: str, kind: str, payload: dict[str, Any], *, key: str
+) -> dict[str, Any]:
+    """The body of the push notification of this event: the dialect's push encoder's (given
+    the task's `key`: it reads the task, which shows its own id), else the event as the dialect
+    writes it (given the id the task is shown by); LookupError for a dialect that registered
+    neither."""
     encoder = _push_encoders.get(dialect)
     if encoder is None:
         return encode_event(dialect, task_id, context_id, kind, payload)
-    return encoder(task_id, context_id, kind, payload)
+    return encoder(key, context_id, kind, payload)
 
 
 # (the task as selectors.task_view reads it) -> the JSON its dialect returns for it (GetTask)

@@ -3,6 +3,8 @@ the A2A code and ErrorInfo reason are kept here because A2A 1.0 is the reference
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import InterfaceError, OperationalError
 
 # The task store could not be reached (a restart, a failover, the network, a pool with no
@@ -17,8 +19,10 @@ class DomainError(Exception):
     domain: str | None = None  # the ErrorInfo's domain when the reason is not A2A's
     default_message = "internal error"
 
-    def __init__(self, message: str | None = None) -> None:
+    def __init__(self, message: str | None = None, *, data: dict[str, Any] | None = None) -> None:
         self.message = message or self.default_message
+        # Facts a dialect whose errors carry them may show (AIP's data: {"taskId": …}).
+        self.data = data or {}
         super().__init__(self.message)
 
 
@@ -96,6 +100,12 @@ class StorageQuotaExceeded(DomainError):
         AGENTSERVER_ERROR_DOMAIN,
         "the tenant's storage quota is used up",
     )
+
+
+class GroupNotSupported(DomainError):
+    """The agent does not take part in AIP group mode (AIP's -32007; A2A has no group mode)."""
+
+    code, reason, default_message = -32004, "GROUP_NOT_SUPPORTED", "group communication is not supported"
 
 
 class InvalidParams(DomainError):

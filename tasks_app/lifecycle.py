@@ -53,6 +53,14 @@ class Dialect(models.TextChoices):
     AIP_1_0 = "aip/1.0", "ACPs AIP 1.0"
 
 
+# Dialects whose clients confirm a task's products: an agent's "complete" leaves such a task
+# awaiting completion until the client completes it (AIP: the Leader's complete command).
+CLIENT_CONFIRMS = frozenset({Dialect.AIP_1_0})
+# Dialects whose state machine passes through working before any state an agent gives a task
+# but rejected (AIP: accepted -> working -> awaiting-input | awaiting-completion | failed).
+WORKS_FIRST = frozenset({Dialect.AIP_1_0})
+
+
 class Role(models.TextChoices):
     USER = "user"  # AIP: leader
     AGENT = "agent"  # AIP: partner
@@ -74,3 +82,4 @@ class Failure(models.TextChoices):
     WORKER_LOST = "worker-lost", "the worker running the agent was lost"
     MISCONFIGURED = "misconfigured", "the agent is misconfigured"
     STORE_UNAVAILABLE = "store-unavailable", "the task store was unavailable while the agent ran"
+    PRODUCTS_TOO_LARGE = "products-too-large", "the agent's products exceeded the size the client allowed"

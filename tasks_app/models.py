@@ -47,6 +47,13 @@ class Task(models.Model):
     # id), through AgentContext.state; never shown to clients.
     executor_state = models.JSONField(default=dict, blank=True, db_default={})
     accepted_output_modes = models.JSONField(default=list, blank=True)
+    # What the client asked of the task when it started it (AIP's start: awaitingInputTimeout,
+    # awaitingCompletionTimeout, maxProductsBytes). A task that waits on the client longer
+    # than its timeout is closed by the server (services.task_expire_awaiting): canceled when
+    # it waited for input, completed when it waited for the client to confirm its products.
+    input_timeout = models.DurationField(null=True, blank=True)
+    completion_timeout = models.DurationField(null=True, blank=True)
+    products_max_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     # The pending or running unit of work. Each client message that needs the agent gets a
     # fresh token; a worker claims it by compare-and-set on (token, claimed_at is null).
     run_token = models.UUIDField(null=True, blank=True)
@@ -115,6 +122,15 @@ class Task(models.Model):
                 condition=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_claimed_at__isnull=False),
                 name="tasks_task_running",
             ),
+            # The sweeper: tasks waiting on their client that may outstay their timeout.
+            models.Index(
+                fields=["status_timestamp"],
+                condition=(
+                    Q(state=TaskState.INPUT_REQUIRED, input_timeout__isnull=False)
+                    | Q(state=TaskState.AWAITING_COMPLETION, completion_timeout__isnull=False)
+                ),
+                name="tasks_task_awaiting_expiry",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -144,6 +160,9 @@ class Message(models.Model):
     # AIP: leader messages carry a command (start, continue, cancel, complete, get) and parameters.
     command = models.CharField(max_length=32, blank=True, default="")
     command_params = models.JSONField(null=True, blank=True)
+    # AIP: when and by whom the sender says it sent the message (its sentAt and senderId).
+    sent_at = models.DateTimeField(null=True, blank=True)
+    sender_id = models.CharField(max_length=ID_LENGTH, blank=True, default="", db_default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -16,6 +16,8 @@ import base64
 import binascii
 from typing import Any
 
+import orjson
+
 from .storable import Refused, check
 
 Part = dict[str, Any]
@@ -102,3 +104,21 @@ def validate(part: Any, *, where: str = "part") -> Part:
 def plain_text(parts: list[Part]) -> str:
     """The text parts joined by newlines: what simple agents read."""
     return "\n".join(p["text"] for p in parts if p.get("type") == "text")
+
+
+def content_size(parts: list[Part]) -> int:
+    """What parts hold, in bytes: a text's UTF-8, a file's decoded bytes (or its URI), and
+    data as compact JSON. What a client's limit on a task's products counts (maxProductsBytes)."""
+    size = 0
+    for part in parts:
+        kind = part.get("type")
+        if kind == "text":
+            size += len(part["text"].encode())
+        elif kind == "file" and "bytes" in part:
+            encoded = part["bytes"]
+            size += len(encoded) * 3 // 4 - encoded[-2:].count("=")
+        elif kind == "file":
+            size += len(str(part.get("uri", "")).encode())
+        else:
+            size += len(orjson.dumps(part.get("data")))
+    return size

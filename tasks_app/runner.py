@@ -61,6 +61,9 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
         state=dict(inputs.executor_state),
         declared_extensions=inputs.agent_extensions,
         activated_extensions=inputs.activated_extensions,
+        dialect=inputs.dialect,
+        task_state=inputs.state,
+        limits=inputs.limits,
     )
     try:
         executor.execute(ctx)

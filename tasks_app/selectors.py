@@ -14,14 +14,16 @@ from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import Count, Q
+from django.db.models.functions import Coalesce
 
 from accounts.models import Agent
 from accounts.selectors import Principal
 
+from . import parts as P
 from . import sql, storable
-from .domain import ArtifactView, MessageView, TaskView, parse_task_id
+from .domain import ArtifactView, LoggedMessage, LoggedStatus, MessageView, TaskRecord, TaskView, parse_task_id
 from .errors import InvalidParams
-from .lifecycle import Role, TaskState
+from .lifecycle import EventKind, Role, TaskState
 from .models import Artifact, Message, StatusChange, Task, TaskEvent
 
 
@@ -283,6 +285,71 @@ def canceled_task_inputs(task_id: Any) -> tuple[str, dict[str, Any], str, dict[s
     )
 
 
+def _since(at: datetime | None) -> datetime | None:
+    """The earliest time newer than `at` as readers are shown times (to the millisecond): a
+    reader that sends back a time it was shown is not shown that entry again."""
+    if at is None:
+        return None
+    return at.replace(microsecond=at.microsecond // 1000 * 1000) + timedelta(milliseconds=1)
+
+
+def task_record(
+    *,
+    agent: Agent,
+    principal: Principal,
+    task_id: str,
+    histories: bool,
+    messages_since: datetime | None = None,
+    statuses_since: datetime | None = None,
+) -> TaskRecord | None:
+    """The caller's task with (`histories`) its client's messages sent and its transitions
+    made after the given times (None: all), oldest first; None if it is not theirs."""
+    found = task_with_view(task_id, history_length=0, agent=agent, principal=principal)
+    if found is None:
+        return None
+    task, view = found
+    transitions = StatusChange.objects.filter(task_id=task.pk).select_related("message").order_by("-id")
+    if not histories:
+        latest = transitions.values_list("reason", flat=True).first()
+        return TaskRecord(view=view, messages=[], statuses=[], reason=latest or "")
+    messages = Message.objects.filter(task_id=task.pk, role=Role.USER).annotate(sent=Coalesce("sent_at", "created_at"))
+    if (after := _since(messages_since)) is not None:
+        messages = messages.filter(sent__gte=after)
+    statuses = list(transitions)
+    reason = statuses[0].reason if statuses else ""
+    if (after := _since(statuses_since)) is not None:
+        statuses = [s for s in statuses if s.timestamp >= after]
+    return TaskRecord(
+        view=view,
+        messages=[
+            LoggedMessage(
+                message=message_view(m),
+                command=m.command,
+                command_params=m.command_params,
+                sent_at=m.sent,
+                sender_id=m.sender_id,
+            )
+            for m in messages.order_by("id")
+        ],
+        statuses=[
+            LoggedStatus(
+                state=s.state,
+                timestamp=s.timestamp,
+                message=message_view(s.message) if s.message is not None else None,
+                reason=s.reason,
+            )
+            for s in reversed(statuses)
+        ],
+        reason=reason,
+    )
+
+
+def products_size(task_id: Any) -> int:
+    """What the task's artifacts (AIP's products) hold, in bytes (parts.content_size)."""
+    stored = Artifact.objects.filter(task_id=task_id).values_list("parts", flat=True)
+    return sum(P.content_size(parts) for parts in stored)
+
+
 def failure_reason(task: Task) -> str:
     """Why the server failed the task, as recorded with its last status change."""
     return StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
@@ -314,14 +381,13 @@ class StoredEvent(NamedTuple):
     payload: dict[str, Any]
 
 
-def event_after(task_id: Any, seq: int) -> StoredEvent | None:
-    """The task's first event after `seq`, with its row's key (push's delivery log refers to it)."""
-    row = (
-        TaskEvent.objects.filter(task_id=task_id, seq__gt=seq)
-        .order_by("seq")
-        .values_list("pk", "seq", "kind", "payload")
-        .first()
-    )
+def event_after(task_id: Any, seq: int, *, states: Iterable[str] = ()) -> StoredEvent | None:
+    """The task's first event after `seq`, with its row's key (push's delivery log refers to
+    it); with `states`, its first status event into one of them."""
+    events = TaskEvent.objects.filter(task_id=task_id, seq__gt=seq)
+    if states:
+        events = events.filter(kind=EventKind.STATUS, payload__state__in=list(states))
+    row = events.order_by("seq").values_list("pk", "seq", "kind", "payload").first()
     return None if row is None else StoredEvent(*row)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, transaction
-from django.db.models import BigIntegerField, F, Func, Max, Model, Sum, TextField
+from django.db.models import BigIntegerField, Case, DateTimeField, F, Func, Max, Model, Q, Sum, TextField, When
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
@@ -26,7 +26,7 @@ from accounts.models import Agent
 from accounts.selectors import Principal
 
 from . import dispatch, hints, hooks, media, sql, storable
-from .domain import MessageView, NewArtifact, NewMessage, RunInputs, parse_task_id
+from .domain import MessageView, NewArtifact, NewMessage, RunInputs, TaskLimits, parse_task_id
 from .errors import (
     InvalidParams,
     InvalidTransition,
@@ -108,6 +108,8 @@ def _message_fields(
         "reference_task_ids": message.reference_task_ids,
         "command": message.command,
         "command_params": message.command_params,
+        "sent_at": message.sent_at,
+        "sender_id": message.sender_id,
         "activated_extensions": activated_extensions or [],
     }
 
@@ -187,6 +189,8 @@ def message_receive(
     client_task_id: str | None = None,
     reopen: frozenset[str] = frozenset(),
     activated_extensions: list[dict[str, Any]] | None = None,
+    limits: TaskLimits | None = None,
+    resume_as: str = TaskState.SUBMITTED,
 ) -> tuple[Task, Message]:
     """A client's message: start a task, or continue an interrupted one, and queue the agent.
 
@@ -199,7 +203,10 @@ def message_receive(
     looked it up for this agent and owner and found none. `reopen` are the states in which a
     follow-up re-opens a task its dialect's clients may send to again (A2A 0.1: completed).
     `activated_extensions` (what the request's A2A-Extensions activated, see
-    `protocols.extensions`) is kept on the message for the agent's run.
+    `protocols.extensions`) is kept on the message for the agent's run. `limits` are what the
+    client asks of a new task (its timeouts while it waits on the client, its products' size).
+    `resume_as` is the state a follow-up puts the task in until its run begins: AIP's continue
+    goes straight back to working, as its state machine has no way back to accepted.
     A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
     StorageQuotaExceeded (docs/limits.md); nothing of the message is stored then.
     """
@@ -225,6 +232,7 @@ def message_receive(
                 caps=caps,
                 reopen=reopen,
                 activated_extensions=activated_extensions,
+                resume_as=resume_as,
             )
             _after_commit(task)
             _enqueue_run(task)
@@ -242,6 +250,9 @@ def message_receive(
         status_timestamp=now,
         metadata=metadata or {},
         accepted_output_modes=accepted_output_modes or [],
+        input_timeout=limits.input_timeout if limits else None,
+        completion_timeout=limits.completion_timeout if limits else None,
+        products_max_bytes=limits.products_max_bytes if limits else None,
         last_seq=1,
         message_count=1,
         created_at=now,
@@ -314,6 +325,7 @@ def _follow_up_receive(
     caps: _Caps,
     activated_extensions: list[dict[str, Any]] | None,
     reopen: frozenset[str] = frozenset(),
+    resume_as: str = TaskState.SUBMITTED,
 ) -> tuple[Task, Message]:
     task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
     shown = task.client_task_id or task.id
@@ -335,7 +347,7 @@ def _follow_up_receive(
     task.message_count += 1
     task.accepted_output_modes = accepted_output_modes or []
     _run_request(task, now)
-    _set_status(task=task, state=TaskState.SUBMITTED, message=None, at=now)
+    _set_status(task=task, state=resume_as, message=None, at=now)
     task.save()
     return task, stored
 
@@ -394,10 +406,61 @@ def task_lock_for_caller(*, agent: Agent, principal: Principal, task_id: str) ->
     return task
 
 
-def task_cancel(*, agent: Agent, principal: Principal, task_id: str, reason: str = "canceled by the client") -> Task:
-    """Cancel at once in the store; a running executor notices on its next call or poll."""
+def task_cancel(
+    *,
+    agent: Agent,
+    principal: Principal,
+    task_id: str,
+    reason: str = "canceled by the client",
+    message: NewMessage | None = None,
+) -> Task:
+    """Cancel at once in the store; a running executor notices on its next call or poll. The
+    client's `message` that asked for it (AIP's cancel command) joins the task's history."""
     with transaction.atomic():
-        return _cancel_locked(task_lock_for_caller(agent=agent, principal=principal, task_id=task_id), reason)
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        if message is not None and task.state not in TERMINAL:
+            _client_message_add(task, message)
+        return _cancel_locked(task, reason)
+
+
+def task_confirm(*, agent: Agent, principal: Principal, task_id: str, message: NewMessage | None = None) -> Task:
+    """The client accepts the products of a task that awaits its confirmation (AIP's complete):
+    the task is completed. UnsupportedOperation in any other state."""
+    with transaction.atomic():
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        if task.state != TaskState.AWAITING_COMPLETION:
+            raise UnsupportedOperation(
+                f"task {task.client_task_id or task.id} is {task.state}; only a task awaiting completion is completed"
+            )
+        if message is not None:
+            _client_message_add(task, message)
+        now = timezone.now()
+        _set_status(task=task, state=TaskState.COMPLETED, message=None, at=now, reason="completed by the client")
+        task.save()
+        _after_commit(task)
+        return task
+
+
+def message_record(*, agent: Agent, principal: Principal, task_id: str, message: NewMessage) -> Task:
+    """Keep a client's message in its task's history without changing the task (AIP's get is
+    one of the task's messages, and shows in its messageHistory)."""
+    with transaction.atomic():
+        task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        _client_message_add(task, message)
+        task.save(update_fields=["message_count", "updated_at"])
+        return task
+
+
+def _client_message_add(task: Task, message: NewMessage) -> Message:
+    """A client's message on a task its caller holds locked (the caller saves the task)."""
+    if message.role != Role.USER:
+        raise InvalidParams("message.role must be the user's role")
+    try:
+        validate_all(message.parts, where="message.parts")
+    except PartError as exc:
+        raise InvalidParams(str(exc)) from None
+    task.message_count += 1
+    return _message_store(task=task, message=message, context_id=task.context_id)
 
 
 def task_cancel_as_operator(*, task_id: Any, reason: str) -> Task:
@@ -428,6 +491,71 @@ def _cancel_locked(task: Task, reason: str) -> Task:
     return task
 
 
+# --- Tasks that wait on their client longer than it allowed ----------------------------
+
+# The state a task waits in -> (its timeout's field, what it becomes then, and why).
+_EXPIRY: dict[str, tuple[str, str, str]] = {
+    TaskState.INPUT_REQUIRED: (
+        "input_timeout",
+        TaskState.CANCELED,
+        "no input came within the awaitingInputTimeout of {ms} ms",
+    ),
+    TaskState.AWAITING_COMPLETION: (
+        "completion_timeout",
+        TaskState.COMPLETED,
+        "the client did not confirm the products within the awaitingCompletionTimeout of {ms} ms",
+    ),
+}
+
+
+def task_expire_awaiting(*, task_id: Any) -> str:
+    """Close a task that has waited on its client longer than its timeout: canceled when it
+    waited for input, completed when it waited for the client to confirm its products (AIP's
+    state table, rows 11 and 15). Safe any number of times, early or late: "expired", "waiting"
+    (not due yet), or "moved-on" (the task left that state, or has no such timeout)."""
+    now = timezone.now()
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        if task is None or task.state not in _EXPIRY:
+            return "moved-on"
+        field, closed, why = _EXPIRY[task.state]
+        timeout = getattr(task, field)
+        if timeout is None:
+            return "moved-on"
+        if task.status_timestamp + timeout > now:
+            return "waiting"
+        reason = why.format(ms=int(timeout.total_seconds() * 1000))
+        if closed == TaskState.CANCELED:
+            _cancel_locked(task, reason)
+        else:
+            _set_status(task=task, state=closed, message=None, at=now, reason=reason)
+            task.save()
+            _after_commit(task)
+    return "expired"
+
+
+def awaiting_expire_due(*, limit: int = 500) -> int:
+    """The sweeper's side of the timeouts: close every task that outstayed its wait (the job
+    scheduled when it began to wait may have been lost). How many it closed."""
+    now = timezone.now()
+    due = (
+        Task.objects.filter(
+            Q(state=TaskState.INPUT_REQUIRED, input_timeout__isnull=False)
+            | Q(state=TaskState.AWAITING_COMPLETION, completion_timeout__isnull=False)
+        )
+        .annotate(
+            deadline=Case(
+                When(state=TaskState.INPUT_REQUIRED, then=F("status_timestamp") + F("input_timeout")),
+                default=F("status_timestamp") + F("completion_timeout"),
+                output_field=DateTimeField(),
+            )
+        )
+        .filter(deadline__lte=now)
+        .values_list("pk", flat=True)[:limit]
+    )
+    return sum(task_expire_awaiting(task_id=pk) == "expired" for pk in due)
+
+
 # --- Writes made on behalf of a running executor -------------------------------------
 
 
@@ -456,7 +584,24 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         )
         if not rows:
             return None
-        pk, context_id, accepted, token, executor, agent_settings, history, sealed, state, declared, activated = rows[0]
+        (
+            pk,
+            context_id,
+            accepted,
+            token,
+            executor,
+            agent_settings,
+            history,
+            sealed,
+            state,
+            declared,
+            activated,
+            dialect,
+            input_timeout,
+            completion_timeout,
+            products_max_bytes,
+            task_state,
+        ) = rows[0]
         return RunInputs(
             task_id=str(pk),
             context_id=context_id,
@@ -469,6 +614,9 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
             executor_state=sql.loads(state) or {},
             agent_extensions=sql.loads(declared) or [],
             activated_extensions=sql.loads(activated) or [],
+            dialect=dialect,
+            state=task_state,
+            limits=TaskLimits(input_timeout, completion_timeout, products_max_bytes),
         )
     if not run_claim(task_id=task_id, run_token=run_token):
         return None
@@ -488,6 +636,9 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         executor_state=task.executor_state or {},
         agent_extensions=task.agent.extensions or [],
         activated_extensions=activated,
+        dialect=task.dialect,
+        state=task.state,
+        limits=TaskLimits(task.input_timeout, task.completion_timeout, task.products_max_bytes),
     )
 
 

@@ -246,6 +246,8 @@ _AGENT_MESSAGE_INSERT = _every_column(
         "activated_extensions": "'[]'",
         "command": "''",
         "command_params": "NULL",
+        "sent_at": "NULL",
+        "sender_id": "''",
         "created_at": "%(now)s",
     },
     key=True,
@@ -396,13 +398,16 @@ WITH claimed AS (
     UPDATE {T} SET run_claimed_at = %(now)s
     WHERE id = %(task_id)s AND run_token = %(run_token)s AND run_claimed_at IS NULL
       AND state <> ALL(%(terminal)s::text[])
-    RETURNING id, agent_id, context_id, accepted_output_modes, run_token, executor_state
+    RETURNING id, agent_id, context_id, accepted_output_modes, run_token, executor_state, dialect,
+              input_timeout, completion_timeout, products_max_bytes, state
 )
 SELECT claimed.id, claimed.context_id, claimed.accepted_output_modes, claimed.run_token,
        agent.executor, agent.settings, {_HISTORY.format(task="claimed")},
        agent.secret_sealed, claimed.executor_state, agent.extensions,
        (SELECT um.activated_extensions FROM {M} um WHERE um.task_id = claimed.id AND um.role = 'user'
-        ORDER BY um.id DESC LIMIT 1)
+        ORDER BY um.id DESC LIMIT 1),
+       claimed.dialect, claimed.input_timeout, claimed.completion_timeout, claimed.products_max_bytes,
+       claimed.state
 FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
 """
 

@@ -23,6 +23,17 @@ def forward_cancel(task_id: str) -> str:
     return runner.forward_cancel(task_id=task_id)
 
 
+@shared_task(name=dispatch.EXPIRE_AWAITING, acks_late=True, ignore_result=True)
+def expire_awaiting(task_id: str) -> str:
+    return services.task_expire_awaiting(task_id=task_id)
+
+
+@shared_task(ignore_result=True)
+def sweep_awaiting() -> int:
+    """Close the tasks that waited on their clients longer than they allowed."""
+    return services.awaiting_expire_due()
+
+
 @shared_task(ignore_result=True)
 def sweep_stuck_work() -> dict[str, int]:
     unclaimed, failed = services.sweep_stuck_work(

@@ -75,6 +75,7 @@ def _cheap_flush():
 @pytest.fixture(autouse=True)
 def _fast_waits(settings):
     settings.A2A_BLOCKING_TIMEOUT = 10
+    settings.AIP_RESPONSE_TIMEOUT = 10
     settings.HINT_FALLBACK_POLL = 0.2
 
 

@@ -326,18 +326,18 @@ def test_a_task_s_events_are_pushed_as_its_own_dialect_writes_them(
 ):
     from tasks_app import encoders
 
-    # A dialect of this server that writes events but registered no push encoder (AIP is
-    # not spoken yet): its notifications are its events (A2A 0.3's: tests/test_a2a_v03.py).
+    # A dialect of this server that writes events but registered no push encoder (A2A 0.1):
+    # its notifications are its events (A2A 0.3's and AIP's are the task: their own tests).
     monkeypatch.setitem(
         encoders._encoders,
-        "aip/1.0",
+        "a2a/0.1",
         lambda task_id, context_id, kind, payload: {
             "kind": "status-update" if kind == "status" else kind,
             "taskId": task_id,
         },
     )
     task = send_with_push(rpc, ECHO, alice_key, receiver.url())
-    Task.objects.filter(pk=task["id"]).update(dialect="aip/1.0")  # as if that dialect had created it
+    Task.objects.filter(pk=task["id"]).update(dialect="a2a/0.1")  # as if that dialect had created it
     drain_push_jobs(push_jobs)
     assert [r.json for r in receiver.requests][:1] == [{"kind": "status-update", "taskId": task["id"]}]
 

@@ -127,6 +127,7 @@ class Incoming:
     method: str
     params: dict[str, Any]
     id: Any = None  # JSON-RPC's request id, echoed in every answer; None for HTTP+JSON
+    dialect: str | None = None  # the dialect, when the binding alone speaks it (AIP's paths)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from tasks_app.errors import VersionNotSupported
 from .a2a_v01 import DIALECT as A2A_V01
 from .a2a_v03 import DIALECT as A2A_V03
 from .a2a_v1 import DIALECT as A2A_V1
+from .aip import DIALECT as AIP
 from .base import Handler, WireDialect
 
 __all__ = [
@@ -25,13 +26,14 @@ __all__ = [
     "by_task",
     "card_for",
     "default",
+    "for_binding",
     "for_request",
     "named",
     "version_missing",
 ]
 
 # The first is the default: its card is the one at the well-known path.
-DIALECTS: list[WireDialect] = [A2A_V1, A2A_V03, A2A_V01]
+DIALECTS: list[WireDialect] = [A2A_V1, A2A_V03, A2A_V01, AIP]
 
 
 def for_request(version: str, method: str) -> list[WireDialect]:
@@ -43,6 +45,11 @@ def for_request(version: str, method: str) -> list[WireDialect]:
     if not speaking:
         raise _unsupported(version)
     return [d for d in speaking if method in d.methods]
+
+
+def for_binding(name: str, method: str) -> list[WireDialect]:
+    """The dialect a binding of its own speaks (AIP's paths), if it has the method."""
+    return [d for d in DIALECTS if d.name == name and method in d.methods]
 
 
 def by_task(candidates: list[WireDialect], task_dialect: str | None) -> WireDialect:
@@ -62,7 +69,7 @@ def named(name: str) -> WireDialect:
 
 
 def _unsupported(version: str) -> VersionNotSupported:
-    spoken = ", ".join(d.label for d in DIALECTS)
+    spoken = ", ".join(d.label for d in DIALECTS if d.versions)
     return VersionNotSupported(f"A2A version {storable.brief(version)} is not supported; this endpoint speaks {spoken}")
 
 
@@ -73,7 +80,7 @@ def version_missing(version: str, method: str) -> VersionNotSupported | None:
     come here too: 0.3's REST routes were others)."""
     if version:
         return None
-    owners = [d.label for d in DIALECTS if method in d.methods and "" not in d.versions]
+    owners = [d.label for d in DIALECTS if method in d.methods and d.versions and "" not in d.versions]
     if not owners:
         return None
     unversioned = " or ".join(d.label for d in DIALECTS if "" in d.versions)

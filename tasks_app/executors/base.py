@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, ClassVar
 
-from .. import media, selectors, services
+from .. import dispatch, media, selectors, services
 from .. import parts as P
-from ..domain import MessageView, NewArtifact
+from ..domain import MessageView, NewArtifact, TaskLimits
 from ..errors import TaskClosed
-from ..lifecycle import SETTLED, TERMINAL, Failure, Role, TaskState
+from ..lifecycle import CLIENT_CONFIRMS, SETTLED, TERMINAL, WORKS_FIRST, Failure, Role, TaskState
 from .extensions import EXTENSIONS, ExtensionUse, ServerExtension, uses
 
 Content = str | list[P.Part] | None
@@ -37,6 +38,13 @@ class AgentContext:
     # (as the client's message keeps them): read them through `extensions` and `extension()`.
     declared_extensions: list[dict[str, Any]] = field(default_factory=list)
     activated_extensions: list[dict[str, Any]] = field(default_factory=list)
+    # The dialect that created the task, the task's state (as this run began, then as it left
+    # it), and what its client asked of it (timeouts, the products' size): the dialect's rules
+    # apply to the verbs.
+    dialect: str = ""
+    task_state: str = TaskState.SUBMITTED
+    limits: TaskLimits = field(default_factory=TaskLimits)
+    _products_bytes: int | None = field(default=None, init=False, repr=False)
 
     @property
     def secret(self) -> str:
@@ -104,6 +112,12 @@ class AgentContext:
 
     def _move(self, state: str, content: Content, reason: str = "", artifact: NewArtifact | None = None) -> None:
         parts = P.coerce(content)
+        if state == TaskState.COMPLETED and self.dialect in CLIENT_CONFIRMS:
+            state = TaskState.AWAITING_COMPLETION  # the client completes it, or its timeout does
+        if state not in (TaskState.WORKING, TaskState.REJECTED):
+            self._work_first()
+        if artifact is not None:
+            self._products_check(artifact.parts)
         services.task_transition(
             task_id=self.task_id,
             state=state,
@@ -114,6 +128,41 @@ class AgentContext:
             message_metadata=self._message_metadata(None) if parts else None,
         )
         self.settled = state in SETTLED
+        self.task_state = state
+        self._expiry_schedule(state)
+
+    def _work_first(self) -> None:
+        """In a dialect whose tasks work before they settle, a task not yet working is first."""
+        if self.dialect in WORKS_FIRST and self.task_state != TaskState.WORKING:
+            self._move(TaskState.WORKING, None)
+
+    def _expiry_schedule(self, state: str) -> None:
+        """A task that now waits on its client is closed if the client outstays its timeout."""
+        timeouts: dict[str, timedelta | None] = {
+            TaskState.INPUT_REQUIRED: self.limits.input_timeout,
+            TaskState.AWAITING_COMPLETION: self.limits.completion_timeout,
+        }
+        timeout = timeouts.get(state)
+        if timeout is not None:
+            # A hair late, so the job never finds the wait not yet over.
+            dispatch.enqueue_expiry(task_id=self.task_id, countdown=timeout.total_seconds() + 0.05)
+
+    def _products_check(self, parts: list[P.Part]) -> None:
+        """The task's products may not outgrow what its client allowed (AIP's maxProductsBytes):
+        the run fails, saying by how much, and the product is not kept."""
+        limit = self.limits.products_max_bytes
+        if limit is None:
+            return
+        if self._products_bytes is None:
+            self._products_bytes = selectors.products_size(self.task_id)
+        size = self._products_bytes + P.content_size(parts)
+        if size > limit:
+            raise AgentFailure(
+                f"the products would be {size} bytes, more than the {limit} bytes the client allowed "
+                "(maxProductsBytes)",
+                failure=Failure.PRODUCTS_TOO_LARGE,
+            )
+        self._products_bytes = size
 
     def working(self, msg: Content = None) -> None:
         self._move(TaskState.WORKING, msg)
@@ -130,9 +179,12 @@ class AgentContext:
         metadata: dict[str, Any] | None = None,
     ) -> str:
         """Add an artifact (or, with append=True and the same artifact_id, a chunk of one)."""
+        coerced = P.coerce(parts)
+        self._work_first()
+        self._products_check(coerced)
         return services.artifact_append(
             task_id=self.task_id,
-            parts=P.coerce(parts),
+            parts=coerced,
             artifact_id=artifact_id,
             name=name,
             description=description,
@@ -182,7 +234,11 @@ class AgentContext:
         self._move(TaskState.REJECTED, msg)
 
     def reply(self, message: Content, *, metadata: dict[str, Any] | None = None) -> None:
-        """Answer with a bare Message instead of a task (A2A's message-only agents)."""
+        """Answer with a bare Message instead of a task (A2A's message-only agents). A task
+        whose client confirms its results has no bare answers: the reply completes it."""
+        if self.dialect in CLIENT_CONFIRMS:
+            self.complete(message)
+            return
         services.task_reply(
             task_id=self.task_id,
             parts=P.coerce(message),

@@ -1,0 +1,221 @@
+"""What a Leader's command does to its task: the seed's state table (rows 1-19) over the
+shared store and exchange. One place for every way a command arrives: `rpc`, `stream`,
+`notification/start`, and group mode's queue.
+
+    start     no task of that id: a new task, accepted (the agent may reject it at once);
+              one exists: ignored
+    continue  awaiting input or completion: working again, the agent runs; else ignored
+    cancel    accepted, working or awaiting: canceled; else ignored
+    complete  awaiting completion: completed; else ignored
+    get       the task, with the messages and transitions since the times given
+
+A command that does not apply is ignored, as the seed says: the answer is the task as it is.
+Only a task that does not exist (for any command but start) is an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import AsyncExitStack
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+
+from tasks_app import dbcalls, selectors, services
+from tasks_app.errors import TaskNotCancelable, TaskNotFound, UnsupportedOperation
+from tasks_app.lifecycle import INTERRUPTED, TERMINAL, Dialect, TaskState
+
+from ... import exchange
+from ...exchange import Call, EventStream
+from ..params import opt_int
+from . import codec
+from .codec import LeaderMessage
+
+# Where continue applies: the task waits on the Leader (awaiting-input or -completion; an
+# A2A agent's auth-required shows as awaiting-input).
+_CONTINUABLE = INTERRUPTED
+
+
+def _not_found(task_id: str) -> TaskNotFound:
+    return TaskNotFound(f"task {task_id!r} not found", data={"taskId": task_id})
+
+
+async def _state(call: Call, task_id: str) -> str | None:
+    """The caller's task's state, or None if it has no task of that id."""
+    found = await dbcalls.run(
+        selectors.task_key_for_caller, agent=call.agent, principal=call.principal, task_id=task_id
+    )
+    if found is None:
+        return None
+    return await dbcalls.run(selectors.task_state, found[0])
+
+
+async def task_json(call: Call, task_id: str, *, get: codec.GetParams | None = None) -> dict[str, Any]:
+    """The caller's task as an AIP Task; with `get`, its messageHistory and statusHistory
+    since the times it gives."""
+    record = await dbcalls.run(
+        selectors.task_record,
+        agent=call.agent,
+        principal=call.principal,
+        task_id=task_id,
+        histories=get is not None,
+        messages_since=get.messages_since if get else None,
+        statuses_since=get.statuses_since if get else None,
+    )
+    if record is None:
+        raise _not_found(task_id)
+    return codec.encode_task(record.view, record=record, histories=get is not None)
+
+
+def _send(
+    message: LeaderMessage, *, wait: bool, attach: exchange.Attach | None = None, streaming: bool = False
+) -> exchange.Send:
+    """The exchange's send for a start (a new task under the Leader's id) or a continue."""
+    stored = message.stored()
+    start = message.command == "start"
+    timeout = settings.AIP_RESPONSE_TIMEOUT
+    if start and (asked := message.response_timeout()) is not None:
+        timeout = min(timeout, asked)
+    return exchange.Send(
+        message=stored if start else replace(stored, task_id=message.task_id),
+        dialect=Dialect.AIP_1_0,
+        accepted=[],
+        history_length=0,
+        return_immediately=not wait,
+        metadata={},
+        push=None,
+        client_task_id=message.task_id if start else None,
+        bare_replies=False,
+        timeout=timeout,
+        until=TERMINAL,
+        await_first_move=streaming,
+        limits=message.limits() if start else None,
+        resume_as=TaskState.WORKING,
+        attach=attach,
+    )
+
+
+async def command(call: Call, raw: Any, *, wait: bool = True, where: str = "params.message") -> dict[str, Any]:
+    """Apply one Leader message (an rpc's, or a group's) and answer with the task as it is
+    then. `wait`: a start or continue waits for the task to settle (AIP_RESPONSE_TIMEOUT, or
+    the Leader's responseTimeout if shorter); group mode answers at once."""
+    message = codec.decode_message(raw, where)
+    if message.command == "re-stream":
+        raise UnsupportedOperation("re-stream resumes a stream: send it with the stream method")
+    return await apply(call, message, wait=wait)
+
+
+async def apply(
+    call: Call, message: LeaderMessage, *, wait: bool = True, attach: exchange.Attach | None = None
+) -> dict[str, Any]:
+    task_id = message.task_id
+    await dbcalls.run(
+        services.client_task_id_check,
+        agent=call.agent,
+        principal=call.principal,
+        task_id=task_id,
+        where="params.message.taskId",
+    )
+    if message.command == "start":
+        if await _state(call, task_id) is None:
+            try:
+                await exchange.send(call, _send(message, wait=wait, attach=attach))
+            except UnsupportedOperation:
+                pass  # another start of the same id won the race: this one is ignored
+        return await task_json(call, task_id)
+    if message.command == "continue":
+        state = await _state(call, task_id)
+        if state is None:
+            raise _not_found(task_id)
+        if state in _CONTINUABLE:
+            try:
+                await exchange.send(call, _send(message, wait=wait))
+            except UnsupportedOperation:
+                pass  # the task moved on meanwhile (the Leader canceled it): ignored
+        return await task_json(call, task_id)
+    stored = message.stored()
+    if message.command == "cancel":
+        try:
+            await dbcalls.run(
+                services.task_cancel,
+                agent=call.agent,
+                principal=call.principal,
+                task_id=task_id,
+                reason="canceled by the leader",
+                message=stored,
+            )
+        except TaskNotCancelable:
+            pass  # over already: ignored
+        except TaskNotFound:
+            raise _not_found(task_id) from None
+        return await task_json(call, task_id)
+    if message.command == "complete":
+        try:
+            await dbcalls.run(
+                services.task_confirm, agent=call.agent, principal=call.principal, task_id=task_id, message=stored
+            )
+        except UnsupportedOperation:
+            pass  # not awaiting completion: ignored
+        except TaskNotFound:
+            raise _not_found(task_id) from None
+        return await task_json(call, task_id)
+    # get: the message joins the history it asks for (the seed's example shows it there).
+    params = codec.get_params(message)
+    try:
+        await dbcalls.run(
+            services.message_record, agent=call.agent, principal=call.principal, task_id=task_id, message=stored
+        )
+    except TaskNotFound:
+        raise _not_found(task_id) from None
+    return await task_json(call, task_id, get=params)
+
+
+# --- streams ----------------------------------------------------------------------------
+
+
+async def _one_task(call: Call, task_id: str) -> EventStream:
+    """A stream of one event, the task as it is (a command that needs no more), then the end."""
+    found = await dbcalls.run(selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id)
+    if found is None:
+        raise _not_found(task_id)
+    view, seq = found
+
+    async def items() -> AsyncGenerator[Any, None]:
+        yield seq, view
+
+    return EventStream(items(), AsyncExitStack())
+
+
+async def stream(call: Call, raw: Any) -> EventStream:
+    """A command whose answer streams: a start or continue streams the task's events until it
+    is over (the seed's closing rules: the Partner ends the stream when the task ends, however
+    it ends); re-stream replays the events after lastEventSeq (none given: all), then follows
+    live; any other command streams the task once, as that command left it."""
+    exchange.require_streaming(call.agent)
+    message = codec.decode_message(raw, "params.message")
+    task_id = message.task_id
+    if message.command == "re-stream":
+        after = opt_int(
+            message.command_params, "lastEventSeq", "params.message.commandParams", minimum=0, maximum=2**53
+        )
+        if await _state(call, task_id) is None:
+            raise _not_found(task_id)
+        return await exchange.subscribe(call, task_id, resume_after=after or 0, until=TERMINAL)
+    state = await _state(call, task_id)
+    if message.command == "start" and state is None:
+        await dbcalls.run(
+            services.client_task_id_check,
+            agent=call.agent,
+            principal=call.principal,
+            task_id=task_id,
+            where="params.message.taskId",
+        )
+        return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
+    if message.command == "continue" and state in _CONTINUABLE:
+        return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
+    if message.command in ("cancel", "complete", "get"):
+        await apply(call, message)
+    elif state is None:
+        raise _not_found(task_id)
+    return await _one_task(call, task_id)
