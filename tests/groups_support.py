@@ -1,6 +1,5 @@
-"""Group mode's test helpers: a Leader on the machine's RabbitMQ, and (until the AIP core is
-installed, `groups.core.available()`) stand-ins for the core's `flow.command` and
-`codec.encode_task`, enough to drive an agent through the store."""
+"""Group mode's test helpers: a Leader on the machine's RabbitMQ, and the broker's view of
+its connections (rabbitmqctl)."""
 
 from __future__ import annotations
 
@@ -12,13 +11,6 @@ from typing import Any
 
 import aio_pika
 import orjson
-
-from protocols import exchange
-from protocols.exchange import Call, Send
-from tasks_app import parts as P
-from tasks_app.domain import NewMessage, TaskView
-from tasks_app.errors import DomainError
-from tasks_app.lifecycle import INTERRUPTED, TERMINAL
 
 BROKER = {"host": "127.0.0.1", "port": 5672, "login": "guest", "password": "guest", "virtualhost": "/"}
 LEADER_AIC = "agent-leader-aic"
@@ -141,78 +133,6 @@ class Leader:
             except TimeoutError:
                 break
         return heard
-
-
-# --- stand-ins for the AIP core -------------------------------------------------------------
-
-_STATES = {"submitted": "accepted", "input-required": "awaiting-input"}
-
-
-class FakeCodec:
-    @staticmethod
-    def encode_task(view: TaskView, *, histories: bool = False) -> dict[str, Any]:
-        return {
-            "type": "task",
-            "id": view.id,
-            "status": {
-                "state": _STATES.get(view.state, view.state),
-                "stateChangedAt": view.status_timestamp.isoformat(),
-            },
-            "products": [
-                {
-                    "id": a.artifact_id,
-                    "name": a.name,
-                    "dataItems": [{"type": "text", "text": p.get("text", "")} for p in a.parts],
-                }
-                for a in view.artifacts
-            ],
-            "sessionId": view.context_id,
-        }
-
-
-class FakeFlow:
-    """start / continue / cancel / get through the store as an A2A 0.1 client would (the
-    client's task id kept), ignoring what does not apply; `complete` is ignored (the store
-    has no AIP completion before the core). Counts its calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-
-    async def command(self, call: Call, message: dict[str, Any], *, wait: bool = True) -> dict[str, Any]:
-        assert wait is False, "group mode must never wait for the agent"
-        command, task_id = message["command"], message["taskId"]
-        self.calls.append(command)
-        try:
-            current = await exchange.task_get(call, task_id, history_length=0)
-        except DomainError:
-            current = None
-        text = " ".join(item.get("text", "") for item in message.get("dataItems", []))
-        new = NewMessage(
-            message_id=message["id"], role="user", parts=[P.text(text)], context_id=message.get("sessionId")
-        )
-        if command == "start" and current is None:
-            sent = Send(new, "a2a/0.1", [], 0, True, {}, None, client_task_id=task_id, bare_replies=False)
-            await exchange.send(call, sent)
-        elif command == "continue" and current is not None and current.state in INTERRUPTED:
-            sent = Send(
-                NewMessage(message_id=new.message_id, role="user", parts=new.parts, task_id=task_id),
-                "a2a/0.1",
-                [],
-                0,
-                True,
-                {},
-                None,
-                bare_replies=False,
-            )
-            await exchange.send(call, sent)
-        elif command == "cancel" and current is not None and current.state not in TERMINAL:
-            await exchange.task_cancel(call, task_id)
-        elif current is None:
-            from tasks_app.errors import TaskNotFound
-
-            raise TaskNotFound(f"task {task_id!r} not found")
-        view = await exchange.task_get(call, task_id, history_length=0)
-        return FakeCodec.encode_task(view)
 
 
 def broker_connections(name_part: str) -> list[str]:

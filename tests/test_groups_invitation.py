@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from hashlib import sha256
 from typing import Any
 
 import aio_pika
+import orjson
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from hypothesis import HealthCheck, given, settings
@@ -235,9 +239,8 @@ def test_a_bad_field_is_refused_as_invalid_params_naming_it(agent, change, named
 @pytest.mark.django_db
 def test_group_mode_switched_off_or_an_inactive_agent_answers_group_not_supported(agent, settings):
     settings.AIP_GROUPS_ENABLED = False
-    with pytest.raises(GroupNotSupported) as off:
+    with pytest.raises(GroupNotSupported):
         invite(agent, invitation("x"))
-    assert off.value.code == -32007
 
     settings.AIP_GROUPS_ENABLED = True
     agent.is_active = False
@@ -313,5 +316,83 @@ def test_no_invitation_is_an_internal_error(agent, params):
     except GroupConnectionFailed as exc:
         assert exc.data["errorType"] == "CONNECTION_FAILED"
     except DomainError as exc:
-        assert exc.code in (-32602, -32007), exc
-        assert exc.code != -32603
+        assert isinstance(exc, InvalidParams | GroupNotSupported), exc
+
+
+# --- over HTTP, at the AIP dialect's path ---------------------------------------------------------
+
+GROUP = "/agents/acme/partner/aip/group"
+
+
+def post_group(client, params: Any, key: str) -> tuple[int, dict[str, Any]]:
+    body = orjson.dumps({"jsonrpc": "2.0", "id": "1", "method": "group", "params": params})
+    response = client.post(GROUP, data=body, content_type="application/json", headers={"X-API-Key": key})
+    return response.status_code, orjson.loads(response.content)
+
+
+@contextmanager
+def group_exchange() -> Iterator[tuple[str, list[str]]]:
+    """A Leader's fanout exchange on the machine's broker, for a test without an event loop of
+    its own; the members' queues listed in the second value are deleted with it."""
+    name, queues = f"test-group-{uuid.uuid4().hex[:12]}", []
+
+    async def declare() -> None:
+        async with await aio_pika.connect(**BROKER) as connection:
+            channel = await connection.channel()
+            await channel.declare_exchange(name, aio_pika.ExchangeType.FANOUT)
+
+    async def delete() -> None:
+        async with await aio_pika.connect(**BROKER) as connection:
+            channel = await connection.channel()
+            await channel.exchange_delete(name)
+            for queue in queues:
+                await channel.queue_delete(queue)
+
+    asyncio.run(declare())
+    try:
+        yield name, queues
+    finally:
+        asyncio.run(delete())
+
+
+@pytest.mark.django_db
+def test_a_leader_invites_the_agent_over_http_and_gets_the_connection_details(client, agent, alice_key):
+    with group_exchange() as (exchange, queues):
+        status, body = post_group(client, invitation(exchange), alice_key)
+        queues.append(body.get("result", {}).get("queueName", ""))
+
+    assert status == 200 and body["id"] == "1", body
+    assert set(body["result"]) == {"connectionName", "vhost", "nodeName", "queueName", "processId"}
+    assert GroupMembership.objects.get().owner == "alice"
+
+
+@pytest.mark.django_db
+def test_over_http_a_refused_broker_is_invalid_params_and_group_mode_off_is_group_not_supported(
+    client, agent, alice_key, settings
+):
+    status, body = post_group(client, invitation("x", host="127.0.0.2"), alice_key)
+    assert status == 200
+    assert (body["error"]["code"], body["error"]["message"]) == (-32602, "Invalid method parameters")
+    assert "server.host is refused" in body["error"]["data"]["details"]
+
+    settings.AIP_GROUPS_ENABLED = False
+    status, body = post_group(client, invitation("x"), alice_key)
+    assert (body["error"]["code"], body["error"]["message"]) == (-32007, "Group communication is not supported")
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="the AIP error writer (protocols/dialects/aip/codec.encode_error) puts the message in data.details; "
+    "a DomainError with verbatim=True must go out with its code, message and data as they are",
+)
+def test_over_http_a_broker_that_cannot_be_reached_is_the_seeds_connection_failed_error(client, agent, alice_key):
+    port = closed_port()
+
+    status, body = post_group(client, invitation("x", port=port), alice_key)
+
+    assert status == 200
+    assert body["error"]["code"] == -32603 and body["error"]["message"] == "Internal error"
+    assert body["error"]["data"]["errorType"] == "CONNECTION_FAILED"
+    assert body["error"]["data"]["details"]["host"] == "127.0.0.1"
+    assert body["error"]["data"]["details"]["port"] == port

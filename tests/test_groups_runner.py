@@ -31,7 +31,7 @@ from groups.runner import Runner
 from protocols.exchange import Call
 from tasks_app.models import Task
 from tests.conftest import ROOT, make_agent
-from tests.groups_support import BROKER, FakeCodec, FakeFlow, Leader, broker_connections, close_broker_connections
+from tests.groups_support import BROKER, Leader, broker_connections, close_broker_connections
 
 ME = "acme/partner"
 OTHER = "agent-partner-2"
@@ -51,11 +51,7 @@ def _fast_polls(settings):
 
 @pytest.fixture
 def commands(monkeypatch) -> list[str]:
-    """The commands the member applied (`core.command` calls). Until the AIP core is
-    installed, its stand-ins from tests/groups_support.py serve them."""
-    if not core.available():
-        monkeypatch.setattr(core, "flow", FakeFlow())
-        monkeypatch.setattr(core, "codec", FakeCodec)
+    """The commands the member applied (`core.command` calls)."""
     applied: list[str] = []
     real = core.command
 
@@ -133,24 +129,26 @@ def in_order(seen: list[str]) -> bool:
 def test_a_start_that_mentions_the_member_runs_the_agent_and_its_updates_reach_the_group_in_order(partner, commands):
     async def body(leader: Leader, running: Running):
         await leader.command("start", "task-5678", text="hello group", mentions=[ME])
-        updates = await leader.updates_until("task-5678", SETTLED)
-        if updates[-1]["status"]["state"] == "awaiting-completion":  # the Leader confirms (AIP)
-            await leader.command("complete", "task-5678", mentions=[ME])
-            updates += await leader.updates_until("task-5678", {"completed"})
+        done = await leader.updates_until("task-5678", SETTLED)
+        await leader.command("complete", "task-5678", mentions=[ME])  # the Leader is satisfied
+        completed = await leader.updates_until("task-5678", {"completed"})
         await until(lambda: GroupTask.objects.get().done, db=True)  # recorded once published
-        return updates
+        return done, completed
 
-    updates = in_group(partner, body)
+    done, completed = in_group(partner, body)
 
+    updates = done + completed
     seen = states(updates)
-    assert seen[0] == "accepted" and seen[-1] == "completed" and in_order(seen), seen
-    assert all(u["senderId"] == ME and u["groupId"] == GroupMembership.objects.get().group_id for u in updates)
-    assert all(u["type"] == "task" and u["sessionId"] == "session-91011" for u in updates)
-    (product,) = updates[-1]["products"]
-    assert product["dataItems"][0]["text"] == "echo: hello group"
+    assert seen[0] == "accepted" and seen[-2:] == ["awaiting-completion", "completed"] and in_order(seen), seen
+    assert commands == ["start", "complete"]
+    group_id = GroupMembership.objects.get().group_id
+    assert all(u["type"] == "task" and u["senderId"] == ME and u["groupId"] == group_id for u in updates)
+    assert all(u["id"] == "task-5678" and u["sessionId"] == "session-91011" for u in updates)
+    (product,) = done[-1]["products"]
+    assert product["dataItems"] == [{"type": "text", "text": "echo: hello group"}]
+    assert completed[-1]["products"] == done[-1]["products"]
     task = Task.objects.get()
     assert (task.client_task_id, task.owner, task.state) == ("task-5678", "alice", "completed")
-    assert GroupTask.objects.get().done
 
 
 def test_a_command_that_mentions_only_another_partner_is_not_acted_on(partner, commands):
