@@ -16,10 +16,6 @@ def memberships_active() -> list[GroupMembership]:
     )
 
 
-def membership_get(pk: int) -> GroupMembership | None:
-    return GroupMembership.objects.filter(pk=pk).select_related("agent__tenant").first()
-
-
 def access_token(membership: GroupMembership) -> str:
     """The Leader's token, for the connection only: never logged, never shown."""
     return sealing.unseal(membership.access_token_sealed)
