@@ -81,6 +81,7 @@ class Member:
             queue=membership.queue,
             connection_name=membership.connection_name,
         )
+        self.leaving = False  # told to leave: it deletes its queue itself, then is `left`
         self.left = False
         self._connection: AbstractRobustConnection | None = None
         self._exchange: AbstractExchange | None = None
@@ -137,7 +138,6 @@ class Member:
             await incoming.ack()
         except Exception as exc:  # noqa: BLE001 - the connection dropped: it comes again, handled again
             log.warning("%s: could not ack (%s)", self, exc)
-            return
         if after is not None:
             await after()
 
@@ -202,7 +202,7 @@ class Member:
         if command == "leave-group" and mentioned:
             await self.publish(self._status(connected=False))
             await dbcalls.run(services.membership_leave, membership_pk=self.pk, reason="the Leader asked it to leave")
-            self.left = True
+            self.leaving = True
             return self._leave
         if command in MGMT_STATUS and mentioned is not False:
             await self.publish(self._status(connected=True))
@@ -220,8 +220,9 @@ class Member:
                 if self._consumer_tag is not None:
                     await queue.cancel(self._consumer_tag)
                 await queue.delete(if_unused=False, if_empty=False)
-        await self.stop()
+        self.left = True
         log.info("%s: left the group", self)
+        await self.stop()
 
     def _status(self, *, connected: bool) -> dict[str, Any]:
         return messages.member_status(aic=self.aic, group_id=self.group_id, connected=connected, muted=self.muted)
@@ -331,8 +332,11 @@ class Runner:
         except STORE_ERRORS as exc:
             log.warning("group runner: the store is unavailable (%s)", exc)
             return
-        for pk in [pk for pk, member in self.members.items() if pk not in active or member.left]:
-            await self.members.pop(pk).stop()
+        for pk, member in list(self.members.items()):
+            if member.leaving and not member.left:
+                continue  # it deletes its queue before it goes
+            if pk not in active or member.left:
+                await self.members.pop(pk).stop()
         now = time.monotonic()
         starting = [m for pk, m in active.items() if pk not in self.members and self._retry_at.get(pk, 0) <= now]
         await asyncio.gather(*(self._start(m) for m in starting))
