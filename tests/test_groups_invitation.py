@@ -396,3 +396,33 @@ def test_over_http_a_broker_that_cannot_be_reached_is_the_seeds_connection_faile
     assert body["error"]["data"]["errorType"] == "CONNECTION_FAILED"
     assert body["error"]["data"]["details"]["host"] == "127.0.0.1"
     assert body["error"]["data"]["details"]["port"] == port
+
+
+@pytest.mark.django_db
+def test_the_database_holds_one_live_membership_per_agent_group_and_owner(agent):
+    from django.db import IntegrityError, transaction
+
+    fields = {
+        "agent": agent,
+        "owner": "alice",
+        "group_id": "g",
+        "leader_aic": "l",
+        "member_aic": "acme/partner",
+        "protocol": "rabbitmq:4.0",
+        "host": "127.0.0.1",
+        "address": "127.0.0.1",
+        "port": 5672,
+        "vhost": "/",
+        "username": "u",
+        "access_token_sealed": sealing.seal("t"),
+        "exchange": "x",
+        "queue": "q",
+        "connection_name": "c",
+    }
+    GroupMembership.objects.create(**fields, state=MembershipState.ACTIVE)
+    GroupMembership.objects.create(**fields, state=MembershipState.LEFT)  # history is kept
+    GroupMembership.objects.create(**{**fields, "owner": "bob"}, state=MembershipState.ACTIVE)
+    with pytest.raises(IntegrityError, match="groups_membership_one_live_per_agent_group_owner"), transaction.atomic():
+        GroupMembership.objects.create(**fields, state=MembershipState.JOINING)
+    with pytest.raises(IntegrityError, match="groups_membership_state_valid"), transaction.atomic():
+        GroupMembership.objects.create(**{**fields, "group_id": "h"}, state="lurking")

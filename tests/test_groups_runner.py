@@ -171,12 +171,16 @@ def test_without_mentions_a_member_takes_a_start_but_not_a_command_for_a_task_it
     async def body(leader: Leader, running: Running):
         await leader.command("cancel", "task-of-someone-else")
         await leader.command("start", "task-open")
-        return await leader.updates_until("task-open", {"completed", "awaiting-completion"})
+        done = await leader.updates_until("task-open", {"completed", "awaiting-completion"})
+        await leader.command("cancel", "task-open")  # 7.3 (7): whoever works on it cancels it
+        canceled = await leader.updates_until("task-open", {"canceled"})
+        return done, canceled
 
-    updates = in_group(partner, body)
+    done, canceled = in_group(partner, body)
 
-    assert commands == ["start"]
-    assert states(updates)[0] == "accepted" and updates[-1]["senderId"] == ME
+    assert commands == ["start", "cancel"], "the cancel of a task it does not hold was not applied"
+    assert states(done)[0] == "accepted" and done[-1]["senderId"] == ME
+    assert states(canceled) == ["canceled"]
 
 
 def test_a_task_that_waits_for_input_goes_on_when_the_leader_continues_it(conformance_partner, commands):
@@ -204,6 +208,8 @@ def test_the_member_answers_status_queries_is_muted_and_unmuted_and_leaves_when_
         await leader.command("start", "task-quiet")
         await until(lambda: Task.objects.filter(state__in=["completed", "awaiting-completion"]).exists(), db=True)
         heard["while muted"] = await leader.silence(0.4)
+        await leader.command("get", "task-quiet", mentions=[ME])
+        heard["asked while muted"] = await leader.next()
         await leader.manage("unmute", mentions=["all"])
         heard["unmuted"] = await leader.next()
         await leader.manage("leave-group", mentions=[OTHER])
@@ -222,6 +228,8 @@ def test_the_member_answers_status_queries_is_muted_and_unmuted_and_leaves_when_
     assert status["groupMemberStatus"] == {"connected": True, "muted": False}
     assert heard["muted"]["groupMemberStatus"] == {"connected": True, "muted": True}
     assert heard["while muted"] == [], "a muted member's task updates are not published"
+    asked = heard["asked while muted"]
+    assert (asked["type"], asked["id"], asked["senderId"]) == ("task", "task-quiet", ME), "but it answers when asked"
     assert heard["unmuted"]["groupMemberStatus"] == {"connected": True, "muted": False}
     assert heard["leave for another"] == []
     assert heard["left"]["groupMemberStatus"] == {"connected": False, "muted": False}
