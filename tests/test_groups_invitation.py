@@ -23,6 +23,7 @@ import aio_pika
 import orjson
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.db import IntegrityError, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -400,8 +401,6 @@ def test_over_http_a_broker_that_cannot_be_reached_is_the_seeds_connection_faile
 
 @pytest.mark.django_db
 def test_the_database_holds_one_live_membership_per_agent_group_and_owner(agent):
-    from django.db import IntegrityError, transaction
-
     fields = {
         "agent": agent,
         "owner": "alice",

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, make_agent
 from tests.groups_support import Leader
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -27,8 +27,6 @@ SETTLED = {"awaiting-completion", "completed", "failed", "rejected", "canceled"}
 
 @pytest.fixture
 def partner(tenant):
-    from tests.conftest import make_agent
-
     return make_agent(tenant, "partner", "echo")
 
 
