@@ -425,3 +425,15 @@ def test_the_database_holds_one_live_membership_per_agent_group_and_owner(agent)
         GroupMembership.objects.create(**fields, state=MembershipState.JOINING)
     with pytest.raises(IntegrityError, match="groups_membership_state_valid"), transaction.atomic():
         GroupMembership.objects.create(**{**fields, "group_id": "h"}, state="lurking")
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(params=hostile_invitations())
+def test_over_http_no_invitation_is_a_server_error(client, agent, alice_key, params):
+    status, body = post_group(client, params, alice_key)
+
+    assert status == 200 and body["id"] == "1", body
+    error = body.get("error")
+    if error is not None:
+        assert error["code"] in (-32602, -32007) or error["data"]["errorType"] == "CONNECTION_FAILED", error
