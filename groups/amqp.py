@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,9 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractQueue, AbstractRobustConnection
 from django.conf import settings
 
-from .invitation import AMQP_NAME_BYTES
+from .invitation import AMQP_NAME_BYTES, AMQP_NAME_LENGTH
+
+_NOT_IN_NAMES = re.compile(r"[^a-zA-Z0-9\-_.:@#,/ ]")
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,20 @@ def _short(text: str, limit: int) -> str:
         return text
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
     cut = text.encode()[: limit - len(digest) - 1].decode(errors="ignore")
-    return f"{cut}~{digest}"
+    return f"{cut}.{digest}"
 
 
 def queue_name(*, leader_aic: str, group_id: str, member_aic: str, owner: str) -> str:
     """The member's queue: AIP v02's form `group_{leader}_{group}_{member}`, with a digest of
-    the owner (two Leaders' principals may invite the same agent to groups of one id)."""
+    the owner (two Leaders' principals may invite the same agent to groups of one id). What
+    AMQP does not allow in a queue name becomes `_`, and then a digest of the whole keeps
+    names apart that differed only there."""
     owner_digest = hashlib.sha256(owner.encode()).hexdigest()[:8]
-    return _short(f"group_{leader_aic}_{group_id}_{member_aic}.{owner_digest}", AMQP_NAME_BYTES)
+    wanted = f"group_{leader_aic}_{group_id}_{member_aic}.{owner_digest}"
+    name = _NOT_IN_NAMES.sub("_", wanted)
+    if name != wanted:
+        name = f"{name}.{hashlib.sha256(wanted.encode()).hexdigest()[:12]}"
+    return _short(name, AMQP_NAME_LENGTH)
 
 
 def connection_name(*, member_aic: str, group_id: str) -> str:

@@ -20,6 +20,10 @@ from tasks_app.storable import ID_LENGTH
 _PROTOCOL = re.compile(r"rabbitmq:[34](\.(\d+|\*))*|amqp:0[-.]9[-.]1", re.IGNORECASE)
 _HOST_LABEL = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 AMQP_NAME_BYTES = 255  # an AMQP short string: exchange, queue, routing key, vhost, user
+# What AMQP 0-9-1 allows in exchange and queue names (the spec's `exchange-name` domain) and
+# how long they and a vhost may be, as pamqp, aio-pika's codec, enforces them.
+AMQP_NAME = re.compile(r"[a-zA-Z0-9\-_.:@#,/ ]*")
+AMQP_NAME_LENGTH = 127
 TOKEN_LENGTH = 16384  # a JWT with generous claims
 MAX_PARTNERS = 1000
 DEFAULT_PORT = 5672
@@ -132,11 +136,16 @@ def parse(params: Any) -> Invitation:
     server = _object(params.get("server"), "server")
     host = _host(server.get("host"))
     port = _port(server.get("port"))
-    vhost = _text(server.get("vhost", DEFAULT_VHOST), "server.vhost", max_length=AMQP_NAME_BYTES, amqp=True)
+    vhost = _text(server.get("vhost", DEFAULT_VHOST), "server.vhost", max_length=AMQP_NAME_LENGTH, amqp=True)
     token = _text(server.get("accessToken"), "server.accessToken", max_length=TOKEN_LENGTH)
     username = _text(server.get("username"), "server.username", max_length=AMQP_NAME_BYTES, required=False, amqp=True)
     amqp = _object(params.get("amqp"), "amqp")
-    exchange = _text(amqp.get("exchange"), "amqp.exchange", max_length=AMQP_NAME_BYTES, amqp=True)
+    exchange = _text(amqp.get("exchange"), "amqp.exchange", max_length=AMQP_NAME_LENGTH)
+    if not AMQP_NAME.fullmatch(exchange):
+        raise InvalidParams(
+            f"amqp.exchange {storable.brief(exchange)} is not an AMQP exchange name: "
+            "letters, digits and - _ . : @ # , / and space only"
+        )
     exchange_type = _text(amqp.get("exchangeType", "fanout"), "amqp.exchangeType", max_length=32)
     if exchange_type != "fanout":
         raise InvalidParams(f"amqp.exchangeType must be 'fanout' (the seed's group exchange), not {exchange_type!r}")

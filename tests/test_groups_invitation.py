@@ -33,6 +33,7 @@ from groups import amqp
 from groups.errors import GroupConnectionFailed, GroupNotSupported
 from groups.handler import group
 from groups.identity import member_aic
+from groups.invitation import AMQP_NAME
 from groups.models import GroupMembership, MembershipState
 from protocols.exchange import Call
 from tasks_app.errors import DomainError, InvalidParams
@@ -223,6 +224,12 @@ def _with(params: dict, path: str, value: Any) -> dict:
         (lambda p: _with(p, "server.vhost", "/v\x01"), "server.vhost must not contain control characters"),
         (lambda p: _with(p, "server.username", "é" * 200), "server.username is longer than 255 bytes"),
         (lambda p: _with(p, "amqp.exchange", ""), "amqp.exchange must not be empty"),
+        (lambda p: _with(p, "amqp.exchange", "x" * 128), "amqp.exchange is longer than 127 characters"),
+        (lambda p: _with(p, "server.vhost", "/" * 128), "server.vhost is longer than 127 characters"),
+        (
+            lambda p: _with(p, "amqp.exchange", "组-exchange"),
+            "amqp.exchange '组-exchange' is not an AMQP exchange name",
+        ),
         (lambda p: _with(p, "amqp.exchangeType", "topic"), "amqp.exchangeType must be 'fanout'"),
         (lambda p: _with(p, "amqp.routingKey", 5), "amqp.routingKey must be a string"),
         (lambda p: [p], "params must be an object"),
@@ -269,7 +276,8 @@ def test_a_second_invitation_to_the_same_group_replaces_the_first(agent):
     ]
 
 
-_text = st.one_of(st.text(max_size=20), st.integers(), st.none(), st.booleans(), st.lists(st.integers(), max_size=2))
+_int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)  # what JSON carries (and orjson writes)
+_text = st.one_of(st.text(max_size=20), _int64, st.none(), st.booleans(), st.lists(_int64, max_size=2))
 
 
 @st.composite
@@ -437,3 +445,14 @@ def test_over_http_no_invitation_is_a_server_error(client, agent, alice_key, par
     error = body.get("error")
     if error is not None:
         assert error["code"] in (-32602, -32007) or error["data"]["errorType"] == "CONNECTION_FAILED", error
+
+
+def test_a_queue_name_is_one_amqp_takes_whatever_the_aics_and_group_id_hold():
+    plain = amqp.queue_name(leader_aic="1.2.156.3088", group_id="group123", member_aic="acme/partner", owner="alice")
+    assert plain == f"group_1.2.156.3088_group123_acme/partner.{sha256(b'alice').hexdigest()[:8]}"
+    odd = amqp.queue_name(leader_aic="l", group_id="组+1", member_aic="acme/partner", owner="alice")
+    other = amqp.queue_name(leader_aic="l", group_id="组+2", member_aic="acme/partner", owner="alice")
+    long = amqp.queue_name(leader_aic="l" * 200, group_id="g" * 200, member_aic="m", owner="alice")
+    for name in (odd, other, long):
+        assert AMQP_NAME.fullmatch(name) and len(name) <= 127, name
+    assert odd != other and odd.startswith("group_l_")
