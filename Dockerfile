@@ -1,4 +1,4 @@
-# One image for the web (daphne), worker (celery) and beat (celery beat)
+# One image for the web (daphne), worker (celery), groups (the AIP group runner) and beat (celery beat)
 # services of docker-compose.yml; the command is chosen per service.
 FROM python:3.11-slim
 

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "tasks_app",
     "push",
     "protocols",
+    "groups",
 ]
 
 # Messages live in the session, not in a cookie: one of them carries a new API key's plaintext,
@@ -234,6 +235,16 @@ CELERY_BEAT_SCHEDULE["count-stored-bytes"] = {
     "task": "tasks_app.tasks.count_stored_bytes",
     "schedule": env.float("STORAGE_COUNT_EVERY", default=60.0),
 }
+
+# --- AIP group mode (groups/, docs/groups.md) -----------------------------------------------
+# Whether hosted agents accept AIP group invitations (off: the `group` method answers -32007).
+AIP_GROUPS_ENABLED = env.bool("AIP_GROUPS_ENABLED", default=True)
+# Seconds to connect to a group's broker and open the connection (the invitation waits this long).
+AIP_GROUP_CONNECT_TIMEOUT = env.float("AIP_GROUP_CONNECT_TIMEOUT", default=5.0)
+# Seconds between the group runner's looks at the memberships (new ones, left ones).
+AIP_GROUPS_POLL = env.float("AIP_GROUPS_POLL", default=1.0)
+# Seconds between a robust connection's attempts to reach a broker it lost.
+AIP_GROUP_RECONNECT_INTERVAL = env.float("AIP_GROUP_RECONNECT_INTERVAL", default=2.0)
 
 # --- Push notifications (push/) --------------------------------------------------------
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT

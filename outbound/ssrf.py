@@ -196,16 +196,25 @@ def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
     """
     scheme, host, port, target = _parse(url)
     try:
+        address = check_host(host, port)
+    except Unresolved:
+        if unresolvable_ok:
+            return None
+        raise
+    return Destination(scheme=scheme, host=host, port=port, target=target, address=address)
+
+
+def check_host(host: str, port: int) -> IPAddress:
+    """The address to connect to for `host` (a name or an IP literal) on `port`, when every
+    address it resolves to is permitted: the same rules as `check`, for what is not a URL (an
+    AMQP broker a group Leader names). Refused or Unresolved as `check`; network I/O."""
+    try:
         addresses = resolve(host, port)
     except UnicodeError as exc:  # IDNA cannot encode it: no resolver ever will
         raise Refused(f"the host {host!r} is not a valid host name ({exc})") from None
     except OSError as exc:
-        if unresolvable_ok:
-            return None
         raise Unresolved(f"the host {host!r} could not be resolved ({exc})") from None
     if not addresses:
-        if unresolvable_ok:
-            return None
         raise Unresolved(f"the host {host!r} has no address")
     allow = allowed_networks()
     for ip in addresses:
@@ -216,4 +225,4 @@ def check(url: str, *, unresolvable_ok: bool = False) -> Destination | None:
                 f"requests may not be sent to {shown}: it is {why}; only public addresses "
                 "are allowed (an operator can allow networks with OUTBOUND_ALLOW_NETS)"
             )
-    return Destination(scheme=scheme, host=host, port=port, target=target, address=addresses[0])
+    return addresses[0]

@@ -7,7 +7,8 @@
 #      (AGENTSERVER_EMBEDDED=1: SQLite in .data/, Celery work done in-process)
 #   3. migrate, seed the demo tenant, collect the static files (the admin's CSS
 #      and JS, into STATIC_ROOT), start daphne (+ a Celery worker with beat
-#      unless embedded), wait until an agent card answers
+#      and the AIP group runner `manage.py aip_groups`, unless embedded), wait
+#      until an agent card answers
 #   4. print URLs, API key and a curl example, then stay in the foreground
 #      until Ctrl-C, stopping everything it started.
 #
@@ -169,6 +170,9 @@ if ((EMBEDDED == 0)); then
   start_bg worker "$RUN_DIR/worker.log" \
     "$VENV/bin/celery" -A agentserver worker -B -l info \
     -s "$RUN_DIR/celerybeat-schedule"
+  # AIP group mode (docs/groups.md): consumes the groups the hosted agents joined. It needs no
+  # broker to start; each membership names its own.
+  start_bg groups "$RUN_DIR/groups.log" "$VPY" manage.py aip_groups
 fi
 
 log "waiting for $CARD_URL"
@@ -191,7 +195,7 @@ done
   if ((EMBEDDED)); then
     echo "  mode: ${_Y}EMBEDDED${_N} (SQLite at ${SQLITE_PATH#"$ROOT"/}, background work in-process, no Celery worker)"
   else
-    echo "  mode: Postgres + Redis, Celery worker with beat"
+    echo "  mode: Postgres + Redis, Celery worker with beat, AIP group runner"
   fi
   echo
   echo "  Agents (tenant ${TENANT:-?}):"
@@ -210,7 +214,7 @@ done
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"
   echo "    curl -s $BASE${PROBE_PATH}aip/rpc -H 'Content-Type: application/json' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"rpc\",\"params\":{\"message\":{\"type\":\"message\",\"id\":\"m1\",\"sentAt\":\"$(date -Iseconds)\",\"senderRole\":\"leader\",\"senderId\":\"me\",\"command\":\"start\",\"dataItems\":[{\"type\":\"text\",\"text\":\"hello\"}],\"taskId\":\"task-1\",\"sessionId\":\"s1\"}}}'   (ACPs AIP)"
   echo
-  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log")"
+  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/groups.log")"
 } | tee "$RUN_DIR/info.txt"
 echo "  Press Ctrl-C to stop."
 

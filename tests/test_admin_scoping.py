@@ -25,8 +25,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from accounts import sealing
 from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 from accounts.services import agent_secret_set, api_key_create, member_add, oidc_issuer_set, tenant_ensure
+from groups.models import GroupMembership, GroupTask
 from push.models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from registry import services as registry_services
 from registry.models import Entry, Flag
@@ -53,6 +55,7 @@ class Side:
     membership: Membership
     entry: Entry
     flag: Flag
+    group_membership: GroupMembership
 
     @property
     def path(self) -> str:
@@ -100,6 +103,25 @@ def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
     entry = registry_services.hosted_entry_sync(agent_id=agent.pk)
     assert entry is not None
     flag = registry_services.entry_flag(entry=entry, user=user, reason=f"{tenant.slug}-flag")
+    group_membership = GroupMembership.objects.create(
+        agent=agent,
+        owner=f"{tenant.slug}-principal",
+        group_id=f"{tenant.slug}-group",
+        leader_aic=f"{tenant.slug}-leader",
+        member_aic=f"{tenant.slug}/{agent_slug}",
+        protocol="rabbitmq:4.0",
+        host="mq.example.com",
+        address="203.0.113.7",
+        port=5672,
+        vhost="/",
+        username=f"{tenant.slug}/{agent_slug}",
+        access_token_sealed=sealing.seal(f"{tenant.slug}-group-token-in-plain"),
+        exchange=f"{tenant.slug}-exchange",
+        queue=f"group_{tenant.slug}-queue",
+        connection_name=f"agentserver {tenant.slug}",
+        state="active",
+    )
+    GroupTask.objects.create(membership=group_membership, task_id=task_id)
     return Side(
         tenant=tenant,
         agent=agent,
@@ -112,6 +134,7 @@ def _side(rpc, tenant: Tenant, agent_slug: str, member: str) -> Side:
         membership=member_add(tenant=tenant, user=user, role=Role.OWNER),
         entry=entry,
         flag=flag,
+        group_membership=group_membership,
     )
 
 
@@ -230,6 +253,9 @@ PAGES = {
         "registry/entry", lambda s: s.entry.pk, lambda s: s.entry.name, delete=frozenset({SUPERUSER})
     ),
     "registry flags": Page("registry/flag", lambda s: s.flag.pk, lambda s: s.flag.reason),
+    "group memberships": Page(
+        "groups/groupmembership", lambda s: s.group_membership.pk, lambda s: s.group_membership.member_aic
+    ),
 }
 
 
@@ -562,6 +588,18 @@ def test_an_owner_edits_its_agent_which_stays_in_its_tenant(world, as_user, rpc)
     agent.refresh_from_db()
     assert agent.name == "Renamed" and agent.version == "2.0.0" and agent.tenant == world.a.tenant
     assert LogEntry.objects.filter(object_id=str(agent.pk), action_flag=CHANGE, user__username="owner").exists()
+
+
+@pytest.mark.parametrize("who", ("owner", SUPERUSER))
+def test_no_page_shows_a_group_s_access_token_sealed_or_not(who, world, as_user):
+    browser = as_user(who)
+    page = PAGES["group memberships"]
+    membership = world.a.group_membership
+    listed, shown = browser.get(page.changelist()), browser.get(page.change_url(membership.pk))
+    assert listed.status_code == shown.status_code == 200
+    assert membership.queue in shown.content.decode(), "the page shows the membership"
+    for html in (listed.content.decode(), shown.content.decode()):
+        assert "acme-group-token-in-plain" not in html and membership.access_token_sealed not in html
 
 
 @pytest.mark.parametrize("who", USERS)

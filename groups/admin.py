@@ -1,0 +1,60 @@
+"""Members of a tenant see its agents' group memberships; nothing is edited here (the Leader
+decides who is in a group). The access token is never shown."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin, TenantScopedTabularInline
+
+from .models import GroupMembership, GroupTask
+
+
+class GroupTaskInline(ReadOnlyForEveryone, TenantScopedTabularInline):
+    model = GroupTask
+    tenant_field = "membership__agent__tenant"
+    extra = 0
+    fields = ("task", "published_seq", "done", "created_at")
+    readonly_fields = fields
+    ordering = ("pk",)
+
+
+@admin.register(GroupMembership)
+class GroupMembershipAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
+    tenant_field = "agent__tenant"
+    list_display = ("member_aic", "group_id", "leader_aic", "agent", "owner", "state", "muted", "created_at")
+    list_filter = ("state", "muted")
+    list_select_related = ("agent__tenant",)
+    search_fields = ("=group_id", "=leader_aic", "=member_aic", "=owner")
+    ordering = ("-created_at",)
+    show_facets = admin.ShowFacets.NEVER
+    # Every field but the sealed token, which is not even shown sealed.
+    fields = (
+        "agent",
+        "owner",
+        "member_aic",
+        "group_id",
+        "leader_aic",
+        "protocol",
+        "partners",
+        "host",
+        "address",
+        "port",
+        "vhost",
+        "username",
+        "exchange",
+        "exchange_type",
+        "routing_key",
+        "queue",
+        "connection_name",
+        "node_name",
+        "state",
+        "state_reason",
+        "muted",
+        "created_at",
+        "updated_at",
+        "joined_at",
+        "left_at",
+    )
+    readonly_fields = fields
+    inlines = (GroupTaskInline,)

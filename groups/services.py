@@ -1,0 +1,91 @@
+"""Every write of group mode. Short transactions, never across network I/O: the invitation
+records a joining membership, connects outside any transaction, then records the outcome."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import sealing
+from accounts.models import Agent
+
+from .invitation import Invitation
+from .models import LIVE_STATES, GroupMembership, GroupTask, MembershipState
+
+
+def membership_begin(
+    *,
+    agent: Agent,
+    owner: str,
+    invitation: Invitation,
+    address: str,
+    member_aic: str,
+    username: str,
+    queue: str,
+    connection_name: str,
+) -> GroupMembership:
+    """Record a joining membership. A live one of the same agent, group and owner is the
+    Leader's earlier invitation: this one replaces it (same queue, new server and token)."""
+    now = timezone.now()
+    with transaction.atomic():
+        GroupMembership.objects.filter(
+            agent=agent, group_id=invitation.group_id, owner=owner, state__in=LIVE_STATES
+        ).update(state=MembershipState.LEFT, state_reason="replaced by a new invitation", left_at=now, updated_at=now)
+        return GroupMembership.objects.create(
+            agent=agent,
+            owner=owner,
+            group_id=invitation.group_id,
+            leader_aic=invitation.leader_aic,
+            member_aic=member_aic,
+            protocol=invitation.protocol,
+            partners=invitation.partners,
+            host=invitation.host,
+            address=address,
+            port=invitation.port,
+            vhost=invitation.vhost,
+            username=username,
+            access_token_sealed=sealing.seal(invitation.access_token),
+            exchange=invitation.exchange,
+            exchange_type=invitation.exchange_type,
+            routing_key=invitation.routing_key,
+            queue=queue,
+            connection_name=connection_name,
+        )
+
+
+def _move(pk: int, *, to: MembershipState, reason: str = "", **fields: object) -> bool:
+    """Move a live membership to `to`; False if it is no longer live (left meanwhile)."""
+    now = timezone.now()
+    if to in (MembershipState.LEFT, MembershipState.FAILED):
+        fields["left_at"] = now
+    moved = GroupMembership.objects.filter(pk=pk, state__in=LIVE_STATES).update(
+        state=to, state_reason=reason, updated_at=now, **fields
+    )
+    return moved == 1
+
+
+def membership_activate(*, membership_pk: int, node_name: str) -> bool:
+    return _move(membership_pk, to=MembershipState.ACTIVE, node_name=node_name[:255], joined_at=timezone.now())
+
+
+def membership_fail(*, membership_pk: int, reason: str) -> bool:
+    return _move(membership_pk, to=MembershipState.FAILED, reason=reason)
+
+
+def membership_leave(*, membership_pk: int, reason: str) -> bool:
+    return _move(membership_pk, to=MembershipState.LEFT, reason=reason)
+
+
+def membership_mute(*, membership_pk: int, muted: bool) -> None:
+    GroupMembership.objects.filter(pk=membership_pk).update(muted=muted, updated_at=timezone.now())
+
+
+def group_task_take(*, membership_pk: int, task_key: str) -> GroupTask:
+    """The member follows this task from now on (once: a redelivered start finds it)."""
+    found, _ = GroupTask.objects.get_or_create(membership_id=membership_pk, task_id=task_key)
+    return found
+
+
+def group_task_published(*, group_task_pk: int, seq: int, done: bool) -> None:
+    """Updates up to `seq` went out (never moves back: two publishers may race on a restart)."""
+    GroupTask.objects.filter(pk=group_task_pk, published_seq__lte=seq).update(published_seq=seq, done=done)
