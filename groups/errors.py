@@ -8,8 +8,6 @@ It is `verbatim`: the AIP error writer sends its `code`, `message` and `data` as
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from tasks_app.errors import DomainError, GroupNotSupported
 
 __all__ = ["GroupConnectionFailed", "GroupNotSupported"]
@@ -20,8 +18,7 @@ class GroupConnectionFailed(DomainError):
     timed out, or its name did not resolve. Never raised for bad params (InvalidParams)."""
 
     code, reason, default_message = -32603, "CONNECTION_FAILED", "Internal error"
-    # The error object is the seed's, whole: code, message and data as they are.
-    verbatim: ClassVar[bool] = True
+    verbatim = True  # the error object is the seed's, whole: code, message and data as they are
 
     def __init__(self, *, host: str, port: int, reason: str) -> None:
         super().__init__(

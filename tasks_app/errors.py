@@ -3,7 +3,7 @@ the A2A code and ErrorInfo reason are kept here because A2A 1.0 is the reference
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import InterfaceError, OperationalError
 
@@ -18,6 +18,9 @@ class DomainError(Exception):
     reason: str | None = None
     domain: str | None = None  # the ErrorInfo's domain when the reason is not A2A's
     default_message = "internal error"
+    # The error object is its own, whole: a dialect that can sends its code, message and data
+    # as they are (AIP group mode's CONNECTION_FAILED, as the seed writes it).
+    verbatim: ClassVar[bool] = False
 
     def __init__(self, message: str | None = None, *, data: dict[str, Any] | None = None) -> None:
         self.message = message or self.default_message

@@ -390,11 +390,6 @@ def test_over_http_a_refused_broker_is_invalid_params_and_group_mode_off_is_grou
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="the AIP error writer (protocols/dialects/aip/codec.encode_error) puts the message in data.details; "
-    "a DomainError with verbatim=True must go out with its code, message and data as they are",
-)
 def test_over_http_a_broker_that_cannot_be_reached_is_the_seeds_connection_failed_error(client, agent, alice_key):
     port = closed_port()
 

@@ -475,7 +475,11 @@ def error_object(code: int, message: str, details: str, data: dict[str, Any] | N
 
 def encode_error(request_id: Any, exc: DomainError) -> bytes:
     """A domain error as AIP writes it. An error AIP has no code for (the tenant's limits,
-    a required extension) keeps the server's code, with the reason in data."""
+    a required extension) keeps the server's code, with the reason in data. One that is its
+    own error object (`verbatim`) goes out as it is."""
+    if exc.verbatim:
+        whole = {"code": exc.code, "message": exc.message, "data": exc.data}
+        return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": whole})
     code, message = _ERRORS.get(type(exc), (exc.code, STANDARD_MESSAGES.get(exc.code, exc.default_message)))
     data = dict(exc.data)
     if exc.reason and type(exc) not in _ERRORS:
