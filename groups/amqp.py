@@ -50,6 +50,10 @@ class JoinFailed(Exception):
     """The broker could not be joined; the message is the reason the Leader is told."""
 
 
+class TokenRefused(JoinFailed):
+    """The broker refused the login: the access token is not one it takes."""
+
+
 class ExchangeMissing(Exception):
     """The broker has no such exchange in the vhost: the Leader has not created it."""
 
@@ -133,7 +137,7 @@ async def join(target: Target) -> Joined:
     except TimeoutError:
         raise JoinFailed(f"no answer within {settings.AIP_GROUP_CONNECT_TIMEOUT:g} s") from None
     except aiormq.exceptions.ProbableAuthenticationError:
-        raise JoinFailed("the broker refused the login (the access token)") from None
+        raise TokenRefused("the broker refused the login (the access token)") from None
     except (aiormq.exceptions.AMQPError, OSError, ConnectionError) as exc:
         raise JoinFailed(_reason(exc)) from None
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tasks_app.errors import DomainError, GroupNotSupported
 
-__all__ = ["GroupConnectionFailed", "GroupNotSupported"]
+__all__ = ["AccessTokenInvalid", "GroupConnectionFailed", "GroupNotSupported"]
 
 
 class GroupConnectionFailed(DomainError):
@@ -25,3 +25,10 @@ class GroupConnectionFailed(DomainError):
             "Internal error",
             data={"errorType": "CONNECTION_FAILED", "details": {"host": host, "port": port, "reason": reason}},
         )
+
+
+class AccessTokenInvalid(DomainError):
+    """The broker refused the invitation's accessToken (AIP's -32010, "Invalid access token":
+    invalid, expired or malformed)."""
+
+    code, reason, default_message = -32010, "ACCESS_TOKEN_INVALID", "Invalid access token"

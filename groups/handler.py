@@ -19,7 +19,7 @@ from tasks_app import dbcalls
 from tasks_app.errors import InvalidParams
 
 from . import amqp, services
-from .errors import GroupConnectionFailed, GroupNotSupported
+from .errors import AccessTokenInvalid, GroupConnectionFailed, GroupNotSupported
 from .identity import member_aic
 from .invitation import parse
 
@@ -79,6 +79,12 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     except amqp.ExchangeMissing as exc:
         await dbcalls.run(services.membership_fail, membership_pk=membership.pk, reason=str(exc))
         raise InvalidParams(f"amqp.exchange: {exc} (the Leader creates it before it invites)") from None
+    except amqp.TokenRefused as exc:
+        await dbcalls.run(services.membership_fail, membership_pk=membership.pk, reason=str(exc))
+        raise AccessTokenInvalid(
+            f"server.accessToken was refused by the broker at {invitation.host}:{invitation.port}: {exc}",
+            data={"host": invitation.host, "port": invitation.port},
+        ) from None
     except amqp.JoinFailed as exc:
         log.info("group %s: %s could not join %s:%s: %s", invitation.group_id, member, address, invitation.port, exc)
         await dbcalls.run(services.membership_fail, membership_pk=membership.pk, reason=str(exc))

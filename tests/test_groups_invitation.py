@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from accounts import sealing
 from accounts.selectors import Principal
 from groups import amqp
-from groups.errors import GroupConnectionFailed, GroupNotSupported
+from groups.errors import AccessTokenInvalid, GroupConnectionFailed, GroupNotSupported
 from groups.handler import group
 from groups.identity import member_aic
 from groups.invitation import AMQP_NAME
@@ -117,12 +117,13 @@ def test_a_broker_nobody_answers_on_is_the_seeds_connection_failed(agent):
 
 
 @pytest.mark.django_db
-def test_a_wrong_access_token_is_a_connection_failure_that_says_the_login_was_refused(agent):
-    with pytest.raises(GroupConnectionFailed) as refused:
+def test_a_wrong_access_token_is_the_seeds_invalid_access_token_and_says_the_login_was_refused(agent):
+    with pytest.raises(AccessTokenInvalid) as refused:
         invite(agent, invitation("any-exchange", accessToken="not-the-password"))
 
-    assert "refused the login" in refused.value.data["details"]["reason"]
-    assert "not-the-password" not in str(refused.value.data)
+    assert refused.value.code == -32010 and "refused the login" in refused.value.message
+    assert "not-the-password" not in refused.value.message + str(refused.value.data)
+    assert GroupMembership.objects.get().state == MembershipState.FAILED
 
 
 @pytest.mark.django_db
