@@ -113,3 +113,31 @@ def is_base64(value: str) -> bool:
     except (binascii.Error, ValueError):
         return False
     return True
+
+
+def file_part(obj: dict, where: str, *, bytes_keys: tuple[str, ...] = ("bytes",)) -> dict[str, Any]:
+    """A file's content and labels as A2A 0.3, 0.1 and AIP write them: exactly one of its
+    bytes (base64; `bytes_keys` names the members that may hold them) or its uri, and an
+    optional mimeType and name. The canonical part (tasks_app.parts)."""
+    present = [k for k in (*bytes_keys, "uri") if obj.get(k) is not None]
+    if len(present) != 1:
+        raise InvalidParams(f"{where} must have exactly one of bytes or uri (bytes in base64)")
+    key = present[0]
+    value = obj[key]
+    if not isinstance(value, str):
+        raise InvalidParams(f"{where}.{key} must be a string")
+    if key == "uri":
+        if not value:
+            raise InvalidParams(f"{where}.uri must not be empty")
+        part: dict[str, Any] = {"type": "file", "uri": value}
+    else:
+        if not is_base64(value):
+            raise InvalidParams(f"{where}.{key} must be base64")
+        part = {"type": "file", "bytes": value}
+    media_type = opt_str(obj, "mimeType", where)
+    name = opt_str(obj, "name", where)
+    if media_type:
+        part["media_type"] = media_type
+    if name:
+        part["name"] = name
+    return part

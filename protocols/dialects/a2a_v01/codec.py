@@ -9,8 +9,6 @@ no id of their own: the server gives each stored message one.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -24,7 +22,7 @@ from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
 from tasks_app.errors import DomainError, InvalidParams
 from tasks_app.lifecycle import SETTLED, EventKind, Role, TaskState
 
-from ..params import opt_obj, opt_str, required_str
+from ..params import file_part, opt_obj, opt_str, required_str
 
 # 0.1 knows seven states; ours that it does not are shown as the nearest of its own, the real
 # one in the task's metadata under STATE_KEY (docs/dialects.md).
@@ -66,30 +64,7 @@ def _file(obj: dict[str, Any], where: str) -> P.Part:
         raise InvalidParams(f"{where}.file must be an object with bytes or uri")
     # The 0.1 document's own examples name the content `data` ("file": {"mimeType": …,
     # "data": "<base64>"}); its schema says `bytes`. Either is read, never both.
-    given = [k for k in ("bytes", "uri", "data") if file.get(k) is not None]
-    if len(given) != 1:
-        raise InvalidParams(f"{where}.file must have exactly one of bytes (base64) or uri")
-    kind = given[0]
-    value = file[kind]
-    if not isinstance(value, str):
-        raise InvalidParams(f"{where}.file.{kind} must be a string")
-    if kind == "uri":
-        if not value:
-            raise InvalidParams(f"{where}.file.uri must not be empty")
-        part: P.Part = {"type": "file", "uri": value}
-    else:
-        try:
-            base64.b64decode(value, validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidParams(f"{where}.file.{kind} must be base64") from None
-        part = {"type": "file", "bytes": value}
-    media_type = opt_str(file, "mimeType", f"{where}.file")
-    name = opt_str(file, "name", f"{where}.file")
-    if media_type:
-        part["media_type"] = media_type
-    if name:
-        part["name"] = name
-    return part
+    return file_part(file, f"{where}.file", bytes_keys=("bytes", "data"))
 
 
 def decode_part(obj: Any, where: str) -> P.Part:

@@ -18,7 +18,7 @@ from tasks_app.domain import ArtifactView, MessageView, NewMessage
 from tasks_app.errors import InvalidParams
 from tasks_app.lifecycle import TERMINAL, EventKind, Role, TaskState
 
-from ..params import get, is_base64, opt_obj, opt_str, opt_str_list, required_str
+from ..params import file_part, get, opt_obj, opt_str, opt_str_list, required_str
 from ..shapes import Shapes
 
 _STATE_TO_WIRE = {
@@ -91,34 +91,9 @@ def decode_part(obj: Any, where: str) -> P.Part:
         file = obj.get("file")
         if not isinstance(file, dict):
             raise InvalidParams(f"{where}.file is required and must be an object with bytes or uri")
-        part = _decode_file(file, f"{where}.file")
+        part = file_part(file, f"{where}.file")
     if metadata:
         part["metadata"] = metadata
-    return part
-
-
-def _decode_file(file: dict, where: str) -> P.Part:
-    present = [k for k in ("bytes", "uri") if file.get(k) is not None]
-    if len(present) != 1:
-        raise InvalidParams(f"{where} must have exactly one of bytes or uri")
-    key = present[0]
-    value = file[key]
-    if not isinstance(value, str):
-        raise InvalidParams(f"{where}.{key} must be a string")
-    if key == "bytes":
-        if not is_base64(value):
-            raise InvalidParams(f"{where}.bytes must be base64")
-        part: P.Part = {"type": "file", "bytes": value}
-    else:
-        if not value:
-            raise InvalidParams(f"{where}.uri must not be empty")
-        part = {"type": "file", "uri": value}
-    media_type = opt_str(file, "mimeType", where)
-    name = opt_str(file, "name", where)
-    if media_type:
-        part["media_type"] = media_type
-    if name:
-        part["name"] = name
     return part
 
 

@@ -46,7 +46,7 @@ from tasks_app.errors import (
 )
 from tasks_app.lifecycle import EventKind, Role, TaskState
 
-from ..params import get, is_base64, opt_int, opt_obj, opt_str, required_str
+from ..params import file_part, get, opt_int, opt_obj, opt_str, required_str
 
 # AIP's eight states. Ours that it lacks are shown as the nearest: auth-required (an A2A
 # agent's) is the client's move, as awaiting-input is.
@@ -121,21 +121,7 @@ def decode_data_item(obj: Any, where: str) -> P.Part:
             raise InvalidParams(f"{where}.text must be a string")
         part: P.Part = {"type": "text", "text": obj["text"]}
     elif kind == "file":
-        given = [k for k in ("uri", "bytes") if obj.get(k) is not None]
-        if len(given) != 1:
-            raise InvalidParams(f"{where} must have exactly one of uri or bytes (base64)")
-        value = obj[given[0]]
-        if not isinstance(value, str) or not value:
-            raise InvalidParams(f"{where}.{given[0]} must be a non-empty string")
-        if given[0] == "bytes" and not is_base64(value):
-            raise InvalidParams(f"{where}.bytes must be base64")
-        part = {"type": "file", given[0]: value}
-        media_type = opt_str(obj, "mimeType", where, max_length=storable.NAME_LENGTH)
-        name = opt_str(obj, "name", where, max_length=storable.NAME_LENGTH)
-        if media_type:
-            part["media_type"] = media_type
-        if name:
-            part["name"] = name
+        part = file_part(obj, where)  # flat: the file's members are the data item's own
     elif kind == "data":
         if not isinstance(obj.get("data"), dict):
             raise InvalidParams(f"{where}.data must be an object")

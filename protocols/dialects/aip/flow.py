@@ -15,7 +15,7 @@ Only a task that does not exist (for any command but start) is an error.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack
 from dataclasses import replace
 from typing import Any
@@ -23,7 +23,7 @@ from typing import Any
 from django.conf import settings
 
 from tasks_app import dbcalls, selectors, services
-from tasks_app.errors import TaskNotCancelable, TaskNotFound, UnsupportedOperation
+from tasks_app.errors import DomainError, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from tasks_app.lifecycle import INTERRUPTED, TERMINAL, Dialect, TaskState
 
 from ... import exchange
@@ -136,39 +136,30 @@ async def apply(
         return await task_json(call, task_id)
     stored = message.stored()
     if message.command == "cancel":
-        try:
-            await dbcalls.run(
-                services.task_cancel,
-                agent=call.agent,
-                principal=call.principal,
-                task_id=task_id,
-                reason="canceled by the leader",
-                message=stored,
-            )
-        except TaskNotCancelable:
-            pass  # over already: ignored
-        except TaskNotFound:
-            raise _not_found(task_id) from None
+        reason = "canceled by the leader"
+        await _on_task(call, task_id, services.task_cancel, ignored=TaskNotCancelable, reason=reason, message=stored)
         return await task_json(call, task_id)
     if message.command == "complete":
-        try:
-            await dbcalls.run(
-                services.task_confirm, agent=call.agent, principal=call.principal, task_id=task_id, message=stored
-            )
-        except UnsupportedOperation:
-            pass  # not awaiting completion: ignored
-        except TaskNotFound:
-            raise _not_found(task_id) from None
+        await _on_task(call, task_id, services.task_confirm, ignored=UnsupportedOperation, message=stored)
         return await task_json(call, task_id)
     # get: the message joins the history it asks for (the seed's example shows it there).
     params = codec.get_params(message)
+    await _on_task(call, task_id, services.message_record, message=stored)
+    return await task_json(call, task_id, get=params)
+
+
+async def _on_task(
+    call: Call, task_id: str, service: Callable[..., Any], *, ignored: type[DomainError] | None = None, **kwargs: Any
+) -> None:
+    """Run a command's service on the caller's task. `ignored`: the error that says the command
+    does not apply in the task's state, which the seed has ignored, not refused."""
     try:
-        await dbcalls.run(
-            services.message_record, agent=call.agent, principal=call.principal, task_id=task_id, message=stored
-        )
+        await dbcalls.run(service, agent=call.agent, principal=call.principal, task_id=task_id, **kwargs)
     except TaskNotFound:
         raise _not_found(task_id) from None
-    return await task_json(call, task_id, get=params)
+    except DomainError as exc:
+        if ignored is None or not isinstance(exc, ignored):
+            raise
 
 
 # --- streams ----------------------------------------------------------------------------
