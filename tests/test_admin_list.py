@@ -238,7 +238,7 @@ def test_the_dialect_filter_offers_the_dialects_the_server_serves(superuser, ech
         ("aip/1.0", "ACPs AIP 1.0"),
     ]
     page = superuser.get(LIST).content.decode()
-    assert "?dialect=a2a%2F0.3" in page and "?dialect=a2a%2F0.1" in page and "dialect=aip%2F1.0" not in page
+    assert all(f"?dialect={d.replace('/', '%2F')}" in page for d in ("a2a/1.0", "a2a/0.3", "a2a/0.1", "aip/1.0"))
 
 
 # --- the count ---------------------------------------------------------------------------

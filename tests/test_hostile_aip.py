@@ -6,12 +6,14 @@ JSON-RPC's own. And the tasks stored before the run still read back whole after 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import orjson
 import pytest
 from asgiref.sync import async_to_sync
+from django.test import AsyncClient
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -129,15 +131,12 @@ def test_no_hostile_aip_request_is_an_internal_error(client, world, push_jobs, c
         body, request_id = sent
         note(f"body: {body[:600]!r}")
         headers = {"X-API-Key": key} if keyed else {}
-        response = client.post(
-            f"/agents/acme/echo/aip/{method}", data=body, content_type="application/json", headers=headers
-        )
-        raw = response.content if not response.streaming else async_to_sync(_drained)(response.streaming_content)
-        answers = judged(response.status_code, response.get("Content-Type", ""), raw)
+        status, content_type, raw = async_to_sync(exchanged)(f"/agents/acme/echo/aip/{method}", body, headers)
+        answers = judged(status, content_type, raw)
         if not keyed:
-            assert response.status_code == 401 and answers[0]["error"]["code"] == -32008, answers
+            assert status == 401 and answers[0]["error"]["code"] == -32008, answers
         usable = isinstance(request_id, (str, int)) and not isinstance(request_id, bool) and len(str(request_id)) < 100
-        if usable and response.status_code == 200 and "error" not in answers[0]:
+        if usable and status == 200 and "error" not in answers[0]:
             assert all(a["id"] == request_id for a in answers), answers
 
     attempt()
@@ -157,5 +156,24 @@ def test_no_hostile_aip_request_is_an_internal_error(client, world, push_jobs, c
     assert not logged, [f"{r.name}: {r.getMessage()[:300]}" for r in logged[:5]]
 
 
-async def _drained(chunks) -> bytes:
-    return b"".join([chunk async for chunk in chunks])
+QUIET = 1.0  # seconds a stream may be quiet before the reader has all it will get
+
+
+async def exchanged(path: str, body: bytes, headers: dict[str, str]) -> tuple[int, str, bytes]:
+    """One request through the ASGI handler, and its answer: a stream is read in the same
+    event loop that serves it, until it ends or is quiet for QUIET seconds (an AIP stream lasts
+    until its task is over, and a task awaiting the Leader's completion never is here)."""
+    response = await AsyncClient().post(path, data=body, content_type="application/json", headers=headers)
+    content_type = response.get("Content-Type", "")
+    if not response.streaming:
+        return response.status_code, content_type, response.content
+    chunks = []
+    events = aiter(response.streaming_content)
+    try:
+        while True:
+            chunks.append(await asyncio.wait_for(anext(events), timeout=QUIET))
+    except (StopAsyncIteration, TimeoutError):
+        pass
+    finally:
+        await events.aclose()
+    return response.status_code, content_type, b"".join(chunks)
