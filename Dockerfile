@@ -27,6 +27,9 @@ COPY --chown=app:app . .
 # The admin's CSS and JS, under hashed names, into /app/staticfiles (STATIC_ROOT), where
 # WhiteNoise serves them from: part of the image, owned by root, read-only to the app.
 RUN python manage.py collectstatic --noinput -v 0
+# Prometheus's multiprocess files (docs/operations.md): a volume the services share mounts here,
+# and a new volume takes this directory's owner.
+RUN mkdir /metrics-data && chown app:app /metrics-data
 USER 1000:1000
 
 EXPOSE 8000

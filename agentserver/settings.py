@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "push",
     "protocols",
     "groups",
+    "ops",
 ]
 
 # Messages live in the session, not in a cookie: one of them carries a new API key's plaintext,
@@ -181,6 +182,15 @@ A2A_BLOCKING_TIMEOUT = env.float("A2A_BLOCKING_TIMEOUT", default=AGENT_TIME_LIMI
 # (the seed's default is Beijing time).
 AIP_RESPONSE_TIMEOUT = env.float("AIP_RESPONSE_TIMEOUT", default=A2A_BLOCKING_TIMEOUT)
 AIP_TIME_ZONE = env.str("AIP_TIME_ZONE", default="Asia/Shanghai")
+# Operations (docs/operations.md): /readyz asks each dependency with this timeout (seconds),
+# and fails when the oldest run no worker took has waited longer than READY_MAX_QUEUE_AGE
+# (0: never). /metrics answers only with METRICS_ENABLED, and then only to a bearer of
+# METRICS_TOKEN when one is set; the store's gauges are read at most every METRICS_STORE_EVERY s.
+READY_TIMEOUT = env.float("READY_TIMEOUT", default=2.0)
+READY_MAX_QUEUE_AGE = env.float("READY_MAX_QUEUE_AGE", default=300.0)
+METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
 # Waiters re-read the database this often even when no hint arrives: a lost hint costs this much.
 HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
 # An SSE stream sends a keep-alive comment after this many quiet seconds, and reads the event

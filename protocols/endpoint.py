@@ -17,6 +17,9 @@ passes every check answers with a `Streamed` event stream, which the transport s
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 
@@ -30,7 +33,7 @@ from tasks_app.errors import (
     TooManyActiveTasks,
 )
 
-from . import auth, dialects, extensions, jsonrpc, throttle
+from . import auth, dialects, extensions, jsonrpc, metrics, throttle
 from .bindings import AgentRequest, Binding, Fault, Incoming, Reply, Streamed
 from .bindings.base import INTERNAL
 from .exchange import Call, EventStream
@@ -86,46 +89,70 @@ def _refused(refusal: auth.Refusal) -> Fault:
     return Fault(refusal.status, jsonrpc.INVALID_REQUEST, refusal.message, reason, dict(refusal.headers))
 
 
+@dataclass
+class _Seen:
+    """What a request turned out to be, for its metrics: set as the pipeline learns it."""
+
+    dialect: str = ""
+    method: str = "unknown"  # only a method some dialect has: clients cannot grow the label
+    outcome: str = ""
+
+
 async def handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
+    seen = _Seen()
+    started = time.perf_counter()
     try:
-        return await _handle(binding, request)
+        answer = await _handle(binding, request, seen)
     except STORE_ERRORS as exc:
-        return binding.fault(None, _store_unavailable(exc, f"/agents/{request.tenant}/{request.agent}/"), request)
+        seen.outcome = "STORE_UNAVAILABLE"
+        answer = binding.fault(None, _store_unavailable(exc, f"/agents/{request.tenant}/{request.agent}/"), request)
     except Exception:  # noqa: BLE001 - e.g. the database is down: answer in the binding's form, never a page
         log.exception("agent endpoint /agents/%s/%s/ failed", request.tenant, request.agent)
-        return binding.fault(None, Fault(500, jsonrpc.INTERNAL_ERROR, INTERNAL, "INTERNAL_ERROR"), request)
+        seen.outcome = "INTERNAL_ERROR"
+        answer = binding.fault(None, Fault(500, jsonrpc.INTERNAL_ERROR, INTERNAL, "INTERNAL_ERROR"), request)
+    outcome = seen.outcome or ("stream" if isinstance(answer, Streamed) else "ok")
+    metrics.REQUESTS.labels(binding.name, seen.dialect, seen.method, outcome).inc()
+    metrics.REQUEST_SECONDS.labels(binding.name, seen.method).observe(time.perf_counter() - started)
+    return answer
 
 
-async def _handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
+async def _handle(binding: Binding, request: AgentRequest, seen: _Seen) -> Reply | Streamed:
     target = binding.route(request)
     if isinstance(target, Reply):
+        seen.outcome = f"HTTP_{target.status}"
         return target
     caller = await auth.authenticate(
         tenant=request.tenant, agent=request.agent, headers=request.headers, client=request.client
     )
     if caller is None:
         where = f"no agent at /agents/{request.tenant}/{request.agent}/"
-        return binding.fault(None, Fault(404, jsonrpc.INVALID_REQUEST, where, "AGENT_NOT_FOUND"), request)
+        return _refusal(binding, request, seen, None, Fault(404, jsonrpc.INVALID_REQUEST, where, "AGENT_NOT_FOUND"))
     if isinstance(caller, auth.Refusal):
-        return binding.fault(None, _refused(caller), request)
+        return _refusal(binding, request, seen, None, _refused(caller))
     found, principal = caller.agent, caller.principal
     refused = await throttle.check(tenant=found.tenant, identity=caller.identity)
     if refused is not None:
-        return binding.fault(None, _rate_limited(refused, caller.identity), request)
+        return _refusal(binding, request, seen, None, _rate_limited(refused, caller.identity))
 
     if request.body is None:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        return binding.fault(None, _too_large(f"request body is larger than {limit} bytes"), request)
+        return _refusal(binding, request, seen, None, _too_large(f"request body is larger than {limit} bytes"))
     own_limit = found.tenant.max_request_bytes
     if own_limit is not None and len(request.body) > own_limit:
         message = f"request body is larger than this tenant's limit of {own_limit} bytes"
-        return binding.fault(None, _too_large(message), request)
+        return _refusal(binding, request, seen, None, _too_large(message))
     incoming = binding.read(target, request)
     if isinstance(incoming, Reply):
+        seen.outcome = "INVALID_REQUEST"  # the binding could not read it (envelope, Content-Type)
         return incoming
     if streams.closing():
-        return binding.fault(incoming.id, SHUTTING_DOWN, request)
-    return await _call(binding, request, incoming, found, principal)
+        return _refusal(binding, request, seen, incoming.id, SHUTTING_DOWN)
+    return await _call(binding, request, incoming, found, principal, seen)
+
+
+def _refusal(binding: Binding, request: AgentRequest, seen: _Seen, request_id: Any, fault: Fault) -> Reply:
+    seen.outcome = fault.reason
+    return binding.fault(request_id, fault, request)
 
 
 async def _by_task(
@@ -143,7 +170,7 @@ async def _by_task(
 
 
 async def _call(
-    binding: Binding, request: AgentRequest, incoming: Incoming, agent: Agent, principal: Principal
+    binding: Binding, request: AgentRequest, incoming: Incoming, agent: Agent, principal: Principal, seen: _Seen
 ) -> Reply | Streamed:
     activation = extensions.activate(request.headers, agent)
     extra = activation.echo()
@@ -161,8 +188,9 @@ async def _call(
         if not candidates:
             message = f"method {storable.brief(incoming.method)} not found"
             fault = Fault(200, jsonrpc.METHOD_NOT_FOUND, message, "METHOD_NOT_FOUND")
-            return binding.fault(incoming.id, fault, request)
+            return _refusal(binding, request, seen, incoming.id, fault)
         dialect = candidates[0] if len(candidates) == 1 else await _by_task(candidates, incoming, agent, principal)
+        seen.dialect, seen.method = dialect.name, incoming.method
         extra = activation.echo(dialect.extension_headers)
         if dialect.extension_headers:  # a dialect without A2A's extensions is not held to them
             extensions.check_required(agent, activation)
@@ -178,6 +206,7 @@ async def _call(
             return binding.streamed(incoming, value, dialect.error, request, extra)
         return binding.result(incoming, value, extra, request)
     except DomainError as exc:
+        seen.outcome = exc.reason or type(exc).__name__
         # Before a dialect is known (VersionNotSupported), the default's form.
         dialect_error = (dialect or dialects.default()).error
         if isinstance(exc, TooManyActiveTasks):
@@ -185,7 +214,8 @@ async def _call(
         return binding.error(incoming, exc, dialect_error, request, extra)
     except STORE_ERRORS as exc:
         fault = _store_unavailable(exc, f"{incoming.method} on {request.tenant}/{request.agent}")
-        return binding.fault(incoming.id, fault, request)
+        return _refusal(binding, request, seen, incoming.id, fault)
     except Exception:  # noqa: BLE001 - a bug must answer in the binding's form, never as a traceback page
         log.exception("internal error in %s on %s/%s", incoming.method, request.tenant, request.agent)
-        return binding.fault(incoming.id, Fault(200, jsonrpc.INTERNAL_ERROR, INTERNAL, "INTERNAL_ERROR"), request)
+        fault = Fault(200, jsonrpc.INTERNAL_ERROR, INTERNAL, "INTERNAL_ERROR")
+        return _refusal(binding, request, seen, incoming.id, fault)

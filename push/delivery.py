@@ -26,7 +26,7 @@ from accounts.sealing import Unsealable, unseal
 from outbound import client, ssrf
 from tasks_app import encoders
 
-from . import dispatch, selectors, services, signing
+from . import dispatch, metrics, selectors, services, signing
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,11 @@ def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     started_at = timezone.now()
 
     def record(**outcome) -> services.Verdict:
-        return services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
+        verdict = services.attempt_record(due=due, lease_token=lease_token, started_at=started_at, **outcome)
+        metrics.DELIVERIES.labels(verdict.outcome).inc()
+        if outcome.get("latency_ms"):
+            metrics.DELIVERY_SECONDS.observe(outcome["latency_ms"] / 1000)
+        return verdict
 
     try:
         body = orjson.dumps(

@@ -7,6 +7,8 @@ import logging
 
 from celery import shared_task
 
+from tasks_app.metrics import SWEEPS
+
 from . import delivery, dispatch, selectors
 
 log = logging.getLogger(__name__)
@@ -22,6 +24,7 @@ def sweep_deliveries() -> int:
     stalled = selectors.configs_stalled()
     for config_pk in stalled:
         dispatch.enqueue_delivery(config_pk=config_pk)
+    SWEEPS.labels("push-config-resumed").inc(len(stalled))
     if stalled:
         log.info("push sweeper: re-enqueued %d configs", len(stalled))
     return len(stalled)

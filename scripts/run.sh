@@ -108,6 +108,11 @@ export REGISTRY_HOSTED_BASE_URL="${REGISTRY_HOSTED_BASE_URL:-http://$HOST:$PORT}
 # A webhook agent under development usually answers on plain http (its address must still be
 # allowed: OUTBOUND_ALLOW_NETS=127.0.0.1/32 for one on this machine).
 export WEBHOOK_ALLOW_HTTP="${WEBHOOK_ALLOW_HTTP:-1}"
+# Prometheus (docs/operations.md): web, the worker's children and the group runner count into
+# one directory, emptied at each start; /metrics sums it.
+export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR/metrics}"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+export METRICS_ENABLED="${METRICS_ENABLED:-1}"
 log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }

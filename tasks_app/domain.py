@@ -201,4 +201,5 @@ class RunInputs:
     # The dialect that created the task, and what its client asked of it (Task.input_timeout…).
     dialect: str = ""
     state: str = ""  # as the claim found it
+    agent: str = ""  # tenant/agent, as operators name it (its metrics' label)
     limits: TaskLimits = field(default_factory=lambda: TaskLimits())

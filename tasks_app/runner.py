@@ -4,6 +4,7 @@ and turn whatever goes wrong into a failed task with a reason (never a stuck one
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -13,7 +14,8 @@ from django.db import connections
 
 from accounts import sealing
 
-from . import dispatch, selectors, services
+from . import dispatch, metrics, selectors, services
+from .domain import RunInputs
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
 from .executors import AgentContext, AgentFailure, Misconfigured, executor_for
 from .lifecycle import Failure, Role
@@ -36,13 +38,22 @@ def run(*, task_id: Any, run_token: Any) -> str:
 
 
 def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
+    inputs = services.run_start(task_id=task_id, run_token=run_token)
+    if inputs is None:
+        metrics.RUNS.labels("not-claimed").inc()
+        return "not-claimed"
+    started = time.perf_counter()
+    outcome = _executed(inputs, task_id=task_id, run_token=run_token)
+    metrics.RUNS.labels(outcome).inc()
+    metrics.RUN_SECONDS.labels(inputs.agent).observe(time.perf_counter() - started)
+    return outcome
+
+
+def _executed(inputs: RunInputs, *, task_id: Any, run_token: uuid.UUID) -> str:
     def fail(failure: str, reason: str) -> str:
         services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason)
         return "failed"
 
-    inputs = services.run_start(task_id=task_id, run_token=run_token)
-    if inputs is None:
-        return "not-claimed"
     executor = executor_for(inputs.executor)
     if executor is None:
         return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {inputs.executor!r}")

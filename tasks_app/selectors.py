@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 
 from accounts.models import Agent
@@ -263,7 +263,7 @@ def task_list(
 def run_inputs(task_id: Any) -> tuple[Task, list[MessageView], list[dict[str, Any]]] | None:
     """What an executor is given: the task row (with its agent), its whole history, and the
     extensions the latest client message's request activated."""
-    task = Task.objects.select_related("agent").filter(pk=task_id).first()
+    task = Task.objects.select_related("agent__tenant").filter(pk=task_id).first()
     if task is None:
         return None
     activated = (
@@ -577,3 +577,23 @@ def tasks_overview(
         .values_list("pk", "state", "run_requested_at")[:limit]
     )
     return Overview(by_state=by_state, busiest=busiest, stuck_claimed=list(claimed), stuck_unclaimed=list(unclaimed))
+
+
+class Queue(NamedTuple):
+    """Runs asked for and not yet taken by a worker: how many, and since when the oldest."""
+
+    depth: int
+    oldest_requested_at: datetime | None
+
+
+def run_queue() -> Queue:
+    """The run queue as the store sees it (the partial index tasks_task_unclaimed: small)."""
+    found = Task.objects.filter(run_token__isnull=False, run_claimed_at__isnull=True).aggregate(
+        depth=Count("pk"), oldest=Min("run_requested_at")
+    )
+    return Queue(found["depth"], found["oldest"])
+
+
+def task_counts_by_state() -> dict[str, int]:
+    """Every task, counted by state (one index scan of tasks_task_state_recent)."""
+    return dict(Task.objects.values_list("state").annotate(n=Count("pk")).values_list("state", "n"))

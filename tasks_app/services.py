@@ -601,6 +601,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
             completion_timeout,
             products_max_bytes,
             task_state,
+            agent_name,
         ) = rows[0]
         return RunInputs(
             task_id=str(pk),
@@ -616,6 +617,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
             activated_extensions=sql.loads(activated) or [],
             dialect=dialect,
             state=task_state,
+            agent=agent_name,
             limits=TaskLimits(input_timeout, completion_timeout, products_max_bytes),
         )
     if not run_claim(task_id=task_id, run_token=run_token):
@@ -638,6 +640,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
         activated_extensions=activated,
         dialect=task.dialect,
         state=task.state,
+        agent=f"{task.agent.tenant.slug}/{task.agent.slug}",
         limits=TaskLimits(task.input_timeout, task.completion_timeout, task.products_max_bytes),
     )
 

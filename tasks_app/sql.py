@@ -28,7 +28,7 @@ import psycopg
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connection, models
 
-from accounts.models import Agent
+from accounts.models import Agent, Tenant
 
 from .domain import ArtifactView, MessageView
 from .models import ACTIVE_STATES, Artifact, Message, StatusChange, Task, TaskEvent, TenantStorage
@@ -110,6 +110,7 @@ STORED = TenantStorage._meta.db_table
 # when its WHERE clause names the index's own condition.
 _ACTIVE = "state IN (" + ", ".join(f"'{s}'" for s in ACTIVE_STATES) + ")"
 AGENT = Agent._meta.db_table
+TENANT = Tenant._meta.db_table
 
 # --- Writes -----------------------------------------------------------------------------
 
@@ -407,8 +408,8 @@ SELECT claimed.id, claimed.context_id, claimed.accepted_output_modes, claimed.ru
        (SELECT um.activated_extensions FROM {M} um WHERE um.task_id = claimed.id AND um.role = 'user'
         ORDER BY um.id DESC LIMIT 1),
        claimed.dialect, claimed.input_timeout, claimed.completion_timeout, claimed.products_max_bytes,
-       claimed.state
-FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id
+       claimed.state, tenant.slug || '/' || agent.slug
+FROM claimed JOIN {AGENT} agent ON agent.id = claimed.agent_id JOIN {TENANT} tenant ON tenant.id = agent.tenant_id
 """
 
 

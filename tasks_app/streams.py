@@ -22,7 +22,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from . import dbcalls, hints, selectors
+from . import dbcalls, hints, metrics, selectors
 from .selectors import LoggedEvent
 
 # The log suffix a feed keeps for its followers; a follower further behind reads for itself.
@@ -145,10 +145,12 @@ async def follow(task_id: Any) -> AsyncIterator[Feed]:
         feed = feeds[task_id] = Feed(task_id)
         await feed._hints.__aenter__()
     feed.followers += 1
+    metrics.OPEN_STREAMS.inc()
     try:
         yield feed
     finally:
         feed.followers -= 1
+        metrics.OPEN_STREAMS.dec()
         if feed.followers == 0 and feeds.get(task_id) is feed:
             del feeds[task_id]
             await feed._hints.__aexit__(None, None, None)

@@ -7,7 +7,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import dispatch, runner, services
+from . import dispatch, metrics, runner, services
 from .executors import REGISTRY
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,9 @@ def expire_awaiting(task_id: str) -> str:
 @shared_task(ignore_result=True)
 def sweep_awaiting() -> int:
     """Close the tasks that waited on their clients longer than they allowed."""
-    return services.awaiting_expire_due()
+    closed = services.awaiting_expire_due()
+    metrics.SWEEPS.labels("timed-out").inc(closed)
+    return closed
 
 
 @shared_task(ignore_result=True)
@@ -44,6 +46,8 @@ def sweep_stuck_work() -> dict[str, int]:
     )
     for task_id, token in unclaimed:
         dispatch.enqueue_run(task_id=task_id, run_token=token)
+    metrics.SWEEPS.labels("run-sent-again").inc(len(unclaimed))
+    metrics.SWEEPS.labels("lost-run-failed").inc(failed)
     if unclaimed or failed:
         log.info("sweeper: re-enqueued %d, failed %d lost runs", len(unclaimed), failed)
     return {"requeued": len(unclaimed), "failed": failed}

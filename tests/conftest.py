@@ -497,6 +497,10 @@ def live(django_db_setup, django_db_blocker):
         "AGENT_TIME_LIMIT": "6",
         "SWEEP_UNCLAIMED_AFTER": "1",
         "PYTHONUNBUFFERED": "1",
+        # Prometheus in multiprocess mode, as make run has it: every process (the worker's
+        # children too) writes its counts there, and any web process's /metrics sums them.
+        "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="agentserver-metrics-"),
+        "METRICS_ENABLED": "1",
     }
     procs = [
         subprocess.Popen(

@@ -1,0 +1,156 @@
+"""Operating the server (issue 26, first step): /healthz, /readyz failing for each dependency
+that is down, and /metrics counting requests, runs, pushes and the store's gauges, in one
+process and summed across daphne and a Celery worker's children."""
+
+from __future__ import annotations
+
+import re
+import socket
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from tasks_app.models import Task
+from tests.conftest import user_message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample of the exposition, 0 if it is not there."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
+        if match and match[1] == name:
+            found = ",".join(sorted((match[2] or "").split(","))) if match[2] else ""
+            if found == wanted:
+                return float(match[3])
+    return 0.0
+
+
+def test_healthz_answers_while_the_process_lives(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200 and response.json()["ok"] is True
+
+
+def test_readyz_is_ready_when_postgres_redis_and_the_queue_answer(client):
+    response = client.get("/readyz")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["ready"] is True and set(body["checks"]) == {"postgres", "redis", "queue"}
+    assert all(check["ok"] for check in body["checks"].values())
+    assert response["Cache-Control"] == "no-store"
+
+
+def test_readyz_fails_when_postgres_does_not_answer(client, monkeypatch):
+    monkeypatch.setitem(connections["default"].settings_dict, "PORT", closed_port())
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["postgres"]["ok"] is False and "OperationalError" in checks["postgres"]["detail"]
+    assert checks["queue"] == {"ok": False, "detail": "not checked: Postgres did not answer", "seconds": 0.0}
+
+
+def test_readyz_fails_when_redis_does_not_answer(client, settings):
+    settings.REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["redis"]["ok"] is False and "ConnectionError" in checks["redis"]["detail"]
+    assert checks["postgres"]["ok"] is True
+
+
+def test_readyz_fails_when_the_broker_does_not_answer(client, settings):
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{closed_port()}/0"
+    response = client.get("/readyz")
+    assert response.status_code == 503 and response.json()["checks"]["queue"]["ok"] is False
+
+
+def test_readyz_fails_when_no_worker_has_taken_a_run_for_too_long(client, settings, echo_agent, alice_key, rpc):
+    from tasks_app import dispatch
+
+    settings.READY_MAX_QUEUE_AGE = 60
+    original = dispatch.enqueue_run
+    dispatch.enqueue_run = lambda **kwargs: None  # no worker takes it
+    try:
+        rpc.send("/agents/acme/echo/", key=alice_key, configuration={"returnImmediately": True})
+    finally:
+        dispatch.enqueue_run = original
+    assert client.get("/readyz").status_code == 200  # queued a moment ago: fine
+    Task.objects.update(run_requested_at=timezone.now() - timedelta(seconds=61))
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    assert "the oldest of 1 queued runs has waited 61 s" in response.json()["checks"]["queue"]["detail"]
+
+
+def test_metrics_are_off_unless_enabled_and_then_only_for_the_token_when_one_is_set(client, settings):
+    settings.METRICS_ENABLED = False
+    assert client.get("/metrics").status_code == 404
+    settings.METRICS_ENABLED, settings.METRICS_TOKEN = True, "s3cret"
+    refused = client.get("/metrics")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
+    assert client.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
+    allowed = client.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+    assert allowed.status_code == 200 and allowed["Content-Type"].startswith("text/plain")
+
+
+def test_metrics_count_requests_by_method_and_outcome_runs_by_agent_and_the_store(
+    client, settings, rpc, echo_agent, alice_key
+):
+    settings.METRICS_ENABLED, settings.METRICS_STORE_EVERY = True, 0
+    before = client.get("/metrics").content.decode()
+    rpc.send("/agents/acme/echo/", key=alice_key)
+    rpc("/agents/acme/echo/", "GetTask", {"id": "nope"}, key=alice_key)
+    after = client.get("/metrics").content.decode()
+    ok = {"binding": "JSONRPC", "dialect": "a2a/1.0", "method": "SendMessage", "outcome": "ok"}
+    assert sample(after, "agentserver_requests_total", **ok) == sample(before, "agentserver_requests_total", **ok) + 1
+    missing = {"binding": "JSONRPC", "dialect": "a2a/1.0", "method": "GetTask", "outcome": "TASK_NOT_FOUND"}
+    assert sample(after, "agentserver_requests_total", **missing) >= 1
+    runs = "agentserver_run_seconds_count"
+    assert sample(after, runs, agent="acme/echo") == sample(before, runs, agent="acme/echo") + 1
+    assert sample(after, "agentserver_tasks", state="completed") >= 1
+    assert "agentserver_run_queue_depth" in after and "agentserver_request_seconds_bucket" in after
+
+
+def test_a_method_no_dialect_has_is_counted_as_unknown_not_by_its_name(client, settings, rpc, echo_agent, alice_key):
+    settings.METRICS_ENABLED = True
+    rpc("/agents/acme/echo/", "Mine/AllYours", {}, key=alice_key)
+    text = client.get("/metrics").content.decode()
+    assert "Mine/AllYours" not in text
+    labels = {"binding": "JSONRPC", "dialect": "", "method": "unknown", "outcome": "METHOD_NOT_FOUND"}
+    assert sample(text, "agentserver_requests_total", **labels) >= 1
+
+
+@pytest.mark.live
+def test_metrics_sum_the_web_and_worker_processes(live, echo_agent, alice_key, receiver):
+    headers = {"X-API-Key": alice_key, "A2A-Version": "1.0"}
+    config = {"url": receiver.url(), "id": "p"}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": user_message("count me"), "configuration": {"taskPushNotificationConfig": config}},
+    }
+    before = httpx.get(f"{live.urls[1]}/metrics", timeout=10).text
+    assert httpx.post(f"{live.url}/agents/acme/echo/", json=body, headers=headers, timeout=30).json()["result"]
+    receiver.wait_for(lambda requests: len(requests) >= 3)  # submitted, the artifact, completed
+    # The other web process reads what the first one and the worker's children counted.
+    after = httpx.get(f"{live.urls[1]}/metrics", timeout=10).text
+    ok = {"binding": "JSONRPC", "dialect": "a2a/1.0", "method": "SendMessage", "outcome": "ok"}
+    assert sample(after, "agentserver_requests_total", **ok) == sample(before, "agentserver_requests_total", **ok) + 1
+    runs = "agentserver_run_seconds_count"
+    assert sample(after, runs, agent="acme/echo") >= sample(before, runs, agent="acme/echo") + 1
+    assert sample(after, "agentserver_runs_total", outcome="done") >= 1
+    assert sample(after, "agentserver_push_attempts_total", outcome="delivered") >= 3
+    assert sample(after, "agentserver_push_attempt_seconds_count") >= 3
