@@ -61,10 +61,12 @@ async def http_router(scope, receive, send):
     await consumer({**scope, "url_route": {"args": (), "kwargs": kwargs}}, receive, send)
 
 
-from agentserver import runtime, shutdown  # noqa: E402
+from agentserver import runtime, shutdown, tracing  # noqa: E402
 
 application = ProtocolTypeRouter({"http": shutdown.counted(http_router)})
 
+
+tracing.configure(service="agentserver-web")  # off unless TRACING_EXPORTER is set
 
 # Last, once everything a request needs is imported: see agentserver/runtime.py.
 runtime.leave_request_bodies_to_the_application()

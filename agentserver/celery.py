@@ -28,6 +28,22 @@ app.autodiscover_tasks()
 app.conf.CELERY_DB_REUSE_MAX = int(os.environ.get("CELERY_DB_REUSE_MAX", "500"))
 
 
+@signals.worker_process_init.connect
+def _trace(**_: object) -> None:
+    # Each prefork child once forked (a provider made before the fork would export from a
+    # thread the child does not have): agentserver/tracing.py, off unless configured.
+    from agentserver import tracing
+
+    tracing.configure(service="agentserver-worker")
+
+
+@signals.worker_process_shutdown.connect
+def _flush_traces(**_: object) -> None:
+    from agentserver import tracing
+
+    tracing.shutdown()
+
+
 @signals.worker_init.connect
 @signals.worker_process_init.connect
 def _tune_gc(**_: object) -> None:

@@ -191,6 +191,9 @@ READY_MAX_QUEUE_AGE = env.float("READY_MAX_QUEUE_AGE", default=300.0)
 METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
+# OpenTelemetry traces (agentserver/tracing.py): "otlp" (with the SDK's OTEL_EXPORTER_OTLP_*
+# variables), "console", or "file:<path>"; empty: off.
+TRACING_EXPORTER = env.str("TRACING_EXPORTER", default="")
 # Waiters re-read the database this often even when no hint arrives: a lost hint costs this much.
 HINT_FALLBACK_POLL = env.float("HINT_FALLBACK_POLL", default=2.0)
 # An SSE stream sends a keep-alive comment after this many quiet seconds, and reads the event

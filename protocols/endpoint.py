@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from accounts.models import Agent
 from accounts.selectors import Principal
@@ -39,6 +41,7 @@ from .bindings.base import INTERNAL
 from .exchange import Call, EventStream
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
 # How long a client should wait before it sends again a request this process refused while
 # shutting down (another process, or this one restarted, will answer it).
@@ -99,6 +102,20 @@ class _Seen:
 
 
 async def handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
+    with tracer.start_as_current_span(f"agent request {binding.name}", kind=SpanKind.SERVER) as span:
+        answer, seen = await _observed(binding, request)
+        span.set_attributes(
+            {
+                "agentserver.agent": f"{request.tenant}/{request.agent}",
+                "agentserver.dialect": seen.dialect,
+                "agentserver.method": seen.method,
+                "agentserver.outcome": seen.outcome or "ok",
+            }
+        )
+    return answer
+
+
+async def _observed(binding: Binding, request: AgentRequest) -> tuple[Reply | Streamed, _Seen]:
     seen = _Seen()
     started = time.perf_counter()
     try:
@@ -110,10 +127,10 @@ async def handle(binding: Binding, request: AgentRequest) -> Reply | Streamed:
         log.exception("agent endpoint /agents/%s/%s/ failed", request.tenant, request.agent)
         seen.outcome = "INTERNAL_ERROR"
         answer = binding.fault(None, Fault(500, jsonrpc.INTERNAL_ERROR, INTERNAL, "INTERNAL_ERROR"), request)
-    outcome = seen.outcome or ("stream" if isinstance(answer, Streamed) else "ok")
-    metrics.REQUESTS.labels(binding.name, seen.dialect, seen.method, outcome).inc()
+    seen.outcome = seen.outcome or ("stream" if isinstance(answer, Streamed) else "ok")
+    metrics.REQUESTS.labels(binding.name, seen.dialect, seen.method, seen.outcome).inc()
     metrics.REQUEST_SECONDS.labels(binding.name, seen.method).observe(time.perf_counter() - started)
-    return answer
+    return answer, seen
 
 
 async def _handle(binding: Binding, request: AgentRequest, seen: _Seen) -> Reply | Streamed:

@@ -21,6 +21,8 @@ from http import HTTPStatus
 import orjson
 from django.conf import settings
 from django.utils import timezone
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
 
 from accounts.sealing import Unsealable, unseal
 from outbound import client, ssrf
@@ -29,6 +31,7 @@ from tasks_app import encoders
 from . import dispatch, metrics, selectors, services, signing
 
 log = logging.getLogger(__name__)
+tracer = trace.get_tracer(__name__)
 
 BATCH = 50  # events per job, then the job hands over (fairness between configs on busy workers)
 SIGNATURE_HEADER = "A2A-Push-Signature"
@@ -85,6 +88,19 @@ def headers_for(due: services.Due, *, body: bytes, signature: str) -> dict[str, 
 
 def attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     """One attempt at one event: build, check, sign, POST, record."""
+    with tracer.start_as_current_span("push deliver", kind=SpanKind.CLIENT) as span:
+        verdict = _attempt(due, lease_token=lease_token)
+        span.set_attributes(
+            {
+                "agentserver.task": due.task_key,
+                "agentserver.event": due.event_id,
+                "agentserver.outcome": verdict.outcome,
+            }
+        )
+    return verdict
+
+
+def _attempt(due: services.Due, *, lease_token: uuid.UUID) -> services.Verdict:
     started_at = timezone.now()
 
     def record(**outcome) -> services.Verdict:

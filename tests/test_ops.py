@@ -154,3 +154,62 @@ def test_metrics_sum_the_web_and_worker_processes(live, echo_agent, alice_key, r
     assert sample(after, "agentserver_runs_total", outcome="done") >= 1
     assert sample(after, "agentserver_push_attempts_total", outcome="delivered") >= 3
     assert sample(after, "agentserver_push_attempt_seconds_count") >= 3
+
+
+# --- traces --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def spans(monkeypatch):
+    """This process traced into memory; the instrumentations undone afterwards."""
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
+    from opentelemetry.instrumentation.redis import RedisInstrumentor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentserver import tracing
+
+    exporter = InMemorySpanExporter()
+    monkeypatch.setattr(tracing, "_provider", None)
+    assert tracing.configure(service="agentserver-test", exporter=exporter)
+    connections.close_all()  # the instrumentation traces the connections made from now on
+    yield exporter
+    CeleryInstrumentor().uninstrument()
+    PsycopgInstrumentor().uninstrument()
+    RedisInstrumentor().uninstrument()
+
+
+def test_one_trace_joins_the_request_the_agents_run_and_its_push_deliveries(
+    spans, rpc, echo_agent, alice_key, receiver, monkeypatch
+):
+    from push import delivery, dispatch
+
+    # Deliveries as the worker makes them (here eagerly, in this process), not only recorded.
+    monkeypatch.setattr(
+        dispatch, "enqueue_delivery", lambda *, config_pk, countdown=None: delivery.run(config_pk=config_pk)
+    )
+    config = {"url": receiver.url(), "id": "traced"}
+    assert rpc.send("/agents/acme/echo/", key=alice_key, configuration={"taskPushNotificationConfig": config}).result
+    finished = spans.get_finished_spans()
+    request = next(s for s in finished if s.name == "agent request JSONRPC")
+    assert request.attributes["agentserver.method"] == "SendMessage"
+    assert request.attributes["agentserver.agent"] == "acme/echo"
+    trace_id = request.context.trace_id
+    run = [s for s in finished if s.name.endswith("tasks_app.tasks.run_agent")]
+    pushes = [s for s in finished if s.name == "push deliver"]
+    assert run and all(s.context.trace_id == trace_id for s in run)
+    assert len(pushes) >= 3 and all(s.context.trace_id == trace_id for s in pushes)
+    assert {s.attributes["agentserver.outcome"] for s in pushes} == {"delivered"}
+    # The store's and Redis's calls are in it too.
+    assert any(s.context.trace_id == trace_id and s.attributes.get("db.system") == "postgresql" for s in finished)
+
+
+def test_traces_are_off_unless_configured(settings, monkeypatch):
+    from agentserver import tracing
+
+    monkeypatch.setattr(tracing, "_provider", None)
+    settings.TRACING_EXPORTER = ""
+    assert tracing.configure(service="agentserver-test") is False
+    settings.TRACING_EXPORTER = "carrier-pigeon"
+    with pytest.raises(ValueError, match="otlp, console or file"):
+        tracing.configure(service="agentserver-test")
