@@ -1,0 +1,73 @@
+"""The deployment files (docs/operations.md, "Scale-out"): the compose file scales web and
+worker behind a proxy that streams, every service shares the metrics directory, and the
+Kubernetes manifests probe /healthz and /readyz and keep one beat and one group runner.
+(`make compose-config` validates the compose file with Docker Compose itself.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def manifests() -> dict[str, dict]:
+    docs = yaml.safe_load_all((ROOT / "deploy" / "k8s" / "agentserver.yaml").read_text())
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in docs}
+
+
+def test_the_migrations_run_once_before_any_of_the_web_processes_starts():
+    services = compose()["services"]
+    assert services["migrate"]["command"] == "python manage.py migrate --noinput"
+    assert services["migrate"]["restart"] == "no"
+    assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    assert "migrate" not in services["web"]["command"]
+
+
+def test_web_publishes_no_host_port_so_it_scales_and_the_proxy_publishes_one():
+    services = compose()["services"]
+    assert "ports" not in services["web"] and services["web"]["expose"] == ["8000"]
+    assert services["proxy"]["ports"] == ["${PORT:-8000}:8000"]
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in services["proxy"]["volumes"]
+    assert services["proxy"]["depends_on"]["web"]["condition"] == "service_healthy"
+    assert "/readyz" in " ".join(services["web"]["healthcheck"]["test"])
+
+
+def test_the_proxy_re_resolves_the_web_processes_and_passes_streams_through_unbuffered():
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert "resolver 127.0.0.11" in conf and "proxy_pass $web;" in conf  # a variable: looked up again
+    assert "proxy_buffering off;" in conf and "proxy_read_timeout 1h;" in conf
+    assert "proxy_http_version 1.1;" in conf
+
+
+def test_every_app_service_counts_into_the_shared_metrics_volume():
+    document = compose()
+    for name in ("web", "worker", "beat", "groups"):
+        service = document["services"][name]
+        assert service["environment"]["PROMETHEUS_MULTIPROC_DIR"] == "/metrics-data", name
+        assert "metrics:/metrics-data" in service["volumes"], name
+    assert "metrics" in document["volumes"]
+
+
+def test_kubernetes_web_pods_are_probed_on_healthz_and_readyz():
+    web = manifests()["Deployment/agentserver-web"]["spec"]["template"]["spec"]["containers"][0]
+    assert web["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 8000}
+    assert web["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8000}
+
+
+def test_kubernetes_keeps_one_beat_and_one_group_runner_even_during_a_rollout():
+    found = manifests()
+    for name in ("agentserver-beat", "agentserver-groups"):
+        spec = found[f"Deployment/{name}"]["spec"]
+        assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}, name
+
+
+def test_kubernetes_gives_a_worker_the_time_to_finish_the_runs_it_began():
+    worker = manifests()["Deployment/agentserver-worker"]["spec"]["template"]["spec"]
+    assert worker["terminationGracePeriodSeconds"] >= settings.AGENT_TIME_LIMIT
