@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import socket
+import time
 from datetime import timedelta
 
 import httpx
@@ -213,3 +214,83 @@ def test_traces_are_off_unless_configured(settings, monkeypatch):
     settings.TRACING_EXPORTER = "carrier-pigeon"
     with pytest.raises(ValueError, match="otlp, console or file"):
         tracing.configure(service="agentserver-test")
+
+
+@pytest.fixture
+def traced(live, tmp_path):
+    """A daphne and a Celery worker of their own, traced into a file, on a queue of their own
+    (the shared live worker must not take their runs), over the live stack's database."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, WORKER_COMMAND, _free_port, _wait_for, daphne_command, serves, worker_ready
+
+    spans = tmp_path / "spans.jsonl"
+    env = {**live.env, "TRACING_EXPORTER": f"file:{spans}", "CELERY_QUEUE": "traced"}
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", *daphne_command(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=open(tmp_path / "web.log", "wb"),
+            stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", *WORKER_COMMAND],
+            cwd=ROOT,
+            env=env,
+            stdout=open(tmp_path / "worker.log", "wb"),
+            stderr=subprocess.STDOUT,
+        ),
+    ]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_for(lambda: serves(url), 30, "daphne", tmp_path)
+        _wait_for(lambda: worker_ready(tmp_path / "worker.log"), 30, "the worker", tmp_path)
+        yield url, spans
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(10)
+
+
+@pytest.mark.live
+def test_one_trace_joins_the_request_in_daphne_the_run_and_the_deliveries_in_worker_processes(
+    traced, echo_agent, alice_key, receiver
+):
+    import json
+
+    url, spans = traced
+    config = {"url": receiver.url(), "id": "traced"}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "SendMessage",
+        "params": {"message": user_message("trace me"), "configuration": {"taskPushNotificationConfig": config}},
+    }
+    headers = {"X-API-Key": alice_key, "A2A-Version": "1.0"}
+    assert httpx.post(f"{url}/agents/acme/echo/", json=body, headers=headers, timeout=30).json()["result"]
+    receiver.wait_for(lambda requests: len(requests) >= 3)
+
+    def recorded() -> list[dict]:
+        return [json.loads(line) for line in spans.read_text().splitlines()] if spans.exists() else []
+
+    def joined(found: list[dict]) -> bool:
+        requests = [s for s in found if s["name"] == "agent request JSONRPC"]
+        if not requests:
+            return False
+        trace_id = requests[0]["trace_id"]
+        return sum(s["name"] == "push deliver" and s["trace_id"] == trace_id for s in found) >= 3 and any(
+            s["name"].endswith("run_agent") and s["trace_id"] == trace_id for s in found
+        )
+
+    deadline = time.monotonic() + 15
+    while not joined(found := recorded()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert joined(found), [(s["service"], s["name"], s["trace_id"][:8]) for s in found if s["parent_id"] == ""]
+    request = next(s for s in found if s["name"] == "agent request JSONRPC")
+    assert request["service"] == "agentserver-web" and request["attributes"]["agentserver.method"] == "SendMessage"
+    services = {s["service"] for s in found if s["trace_id"] == request["trace_id"]}
+    assert services == {"agentserver-web", "agentserver-worker"}
