@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -502,6 +504,15 @@ def live(django_db_setup, django_db_blocker):
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="agentserver-metrics-"),
         "METRICS_ENABLED": "1",
     }
+    with serving(env, ports, logs) as procs:
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:-1]], worker_pid=procs[-1].pid)
+
+
+@contextmanager
+def serving(env: dict[str, str], ports: list[int], logs: Path) -> Iterator[list[subprocess.Popen]]:
+    """A daphne on each of `ports` and a Celery worker, with `env`, logging into `logs`; once
+    they answer, the processes (the worker last); stopped afterwards."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", *daphne_command(port)],
@@ -521,11 +532,10 @@ def live(django_db_setup, django_db_blocker):
         ),
     ]
     urls = [f"http://127.0.0.1:{port}" for port in ports]
-
     try:
         _wait_for(lambda: all(map(serves, urls)), 30, "daphne", logs)
         _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
-        yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:2]], worker_pid=procs[2].pid)
+        yield procs
     finally:
         for proc in procs:
             proc.terminate()

@@ -220,40 +220,13 @@ def test_traces_are_off_unless_configured(settings, monkeypatch):
 def traced(live, tmp_path):
     """A daphne and a Celery worker of their own, traced into a file, on a queue of their own
     (the shared live worker must not take their runs), over the live stack's database."""
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT, WORKER_COMMAND, _free_port, _wait_for, daphne_command, serves, worker_ready
+    from tests.conftest import _free_port, serving
 
     spans = tmp_path / "spans.jsonl"
     env = {**live.env, "TRACING_EXPORTER": f"file:{spans}", "CELERY_QUEUE": "traced"}
     port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", *daphne_command(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=open(tmp_path / "web.log", "wb"),
-            stderr=subprocess.STDOUT,
-        ),
-        subprocess.Popen(
-            [sys.executable, "-m", *WORKER_COMMAND],
-            cwd=ROOT,
-            env=env,
-            stdout=open(tmp_path / "worker.log", "wb"),
-            stderr=subprocess.STDOUT,
-        ),
-    ]
-    url = f"http://127.0.0.1:{port}"
-    try:
-        _wait_for(lambda: serves(url), 30, "daphne", tmp_path)
-        _wait_for(lambda: worker_ready(tmp_path / "worker.log"), 30, "the worker", tmp_path)
-        yield url, spans
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(10)
+    with serving(env, [port], tmp_path):
+        yield f"http://127.0.0.1:{port}", spans
 
 
 @pytest.mark.live
