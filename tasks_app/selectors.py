@@ -57,6 +57,20 @@ def task_key_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> 
     return Task.objects.filter(where).values_list("pk", "dialect").first()
 
 
+def task_state_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> str | None:
+    """The state of the caller's task named by `task_id` (as `caller_task_q`), in one indexed
+    query; None if there is no such task of theirs."""
+    where = caller_task_q(agent=agent, principal=principal, task_id=task_id)
+    if where is None:
+        return None
+    return Task.objects.filter(where).values_list("state", flat=True).first()
+
+
+def status_reason(task_key: Any) -> str:
+    """Why the server made the task's latest transition ("" when it did not make it)."""
+    return StatusChange.objects.filter(task_id=task_key).order_by("-id").values_list("reason", flat=True).first() or ""
+
+
 def display_id(task: Task) -> str:
     """The id a task is shown by in every dialect: the one its creator gave it."""
     return task.client_task_id or str(task.pk)
@@ -308,10 +322,9 @@ def task_record(
     if found is None:
         return None
     task, view = found
-    transitions = StatusChange.objects.filter(task_id=task.pk).select_related("message").order_by("-id")
     if not histories:
-        latest = transitions.values_list("reason", flat=True).first()
-        return TaskRecord(view=view, messages=[], statuses=[], reason=latest or "")
+        return TaskRecord(view=view, messages=[], statuses=[], reason=status_reason(task.pk))
+    transitions = StatusChange.objects.filter(task_id=task.pk).select_related("message").order_by("-id")
     messages = Message.objects.filter(task_id=task.pk, role=Role.USER).annotate(sent=Coalesce("sent_at", "created_at"))
     if (after := _since(messages_since)) is not None:
         messages = messages.filter(sent__gte=after)
@@ -352,7 +365,7 @@ def products_sizes(task_id: Any) -> dict[str, int]:
 
 def failure_reason(task: Task) -> str:
     """Why the server failed the task, as recorded with its last status change."""
-    return StatusChange.objects.filter(task=task).order_by("-id").values_list("reason", flat=True).first() or ""
+    return status_reason(task.pk)
 
 
 # --- the event log, as streams read it ---------------------------------------------------

@@ -141,3 +141,28 @@ def file_part(obj: dict, where: str, *, bytes_keys: tuple[str, ...] = ("bytes",)
     if name:
         part["name"] = name
     return part
+
+
+def typed_part(obj: Any, where: str, *, file: Callable[[dict, str], dict[str, Any]]) -> dict[str, Any]:
+    """A part told apart by its `type`, as A2A 0.1 and AIP write them: text, file or data (an
+    object), with optional metadata. `file` reads a file part, which the two lay out apart
+    (0.1 nests it in `file`, AIP's members are the part's own). The canonical part."""
+    if not isinstance(obj, dict):
+        raise InvalidParams(f"{where} must be an object")
+    kind = obj.get("type")
+    if kind == "text":
+        if not isinstance(obj.get("text"), str):
+            raise InvalidParams(f"{where}.text must be a string")
+        part: dict[str, Any] = {"type": "text", "text": obj["text"]}
+    elif kind == "file":
+        part = file(obj, where)
+    elif kind == "data":
+        if not isinstance(obj.get("data"), dict):
+            raise InvalidParams(f"{where}.data must be an object")
+        part = {"type": "data", "data": obj["data"]}
+    else:
+        raise InvalidParams(f'{where}.type must be "text", "file" or "data", got {storable.brief(kind)}')
+    metadata = opt_obj(obj, "metadata", where)
+    if metadata:
+        part["metadata"] = metadata
+    return part

@@ -22,7 +22,7 @@ from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
 from tasks_app.errors import DomainError, InvalidParams
 from tasks_app.lifecycle import SETTLED, EventKind, Role, TaskState
 
-from ..params import file_part, opt_obj, opt_str, required_str
+from ..params import file_part, opt_obj, opt_str, required_str, typed_part
 
 # 0.1 knows seven states; ours that it does not are shown as the nearest of its own, the real
 # one in the task's metadata under STATE_KEY (docs/dialects.md).
@@ -68,25 +68,7 @@ def _file(obj: dict[str, Any], where: str) -> P.Part:
 
 
 def decode_part(obj: Any, where: str) -> P.Part:
-    if not isinstance(obj, dict):
-        raise InvalidParams(f"{where} must be an object")
-    kind = obj.get("type")
-    if kind == "text":
-        if not isinstance(obj.get("text"), str):
-            raise InvalidParams(f"{where}.text must be a string")
-        part: P.Part = {"type": "text", "text": obj["text"]}
-    elif kind == "file":
-        part = _file(obj, where)
-    elif kind == "data":
-        if not isinstance(obj.get("data"), dict):
-            raise InvalidParams(f"{where}.data must be an object")
-        part = {"type": "data", "data": obj["data"]}
-    else:
-        raise InvalidParams(f'{where}.type must be "text", "file" or "data", got {storable.brief(kind)}')
-    metadata = opt_obj(obj, "metadata", where)
-    if metadata:
-        part["metadata"] = metadata
-    return part
+    return typed_part(obj, where, file=_file)
 
 
 def encode_part(part: P.Part) -> dict[str, Any]:

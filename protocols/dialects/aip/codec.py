@@ -46,7 +46,7 @@ from tasks_app.errors import (
 )
 from tasks_app.lifecycle import EventKind, Role, TaskState
 
-from ..params import file_part, get, opt_int, opt_obj, opt_str, required_str
+from ..params import file_part, get, opt_int, opt_obj, opt_str, required_str, typed_part
 
 # AIP's eight states. Ours that it lacks are shown as the nearest: auth-required (an A2A
 # agent's) is the client's move, as awaiting-input is.
@@ -113,25 +113,7 @@ def _opt_time(obj: dict, key: str, where: str) -> datetime | None:
 
 
 def decode_data_item(obj: Any, where: str) -> P.Part:
-    if not isinstance(obj, dict):
-        raise InvalidParams(f"{where} must be an object")
-    kind = obj.get("type")
-    if kind == "text":
-        if not isinstance(obj.get("text"), str):
-            raise InvalidParams(f"{where}.text must be a string")
-        part: P.Part = {"type": "text", "text": obj["text"]}
-    elif kind == "file":
-        part = file_part(obj, where)  # flat: the file's members are the data item's own
-    elif kind == "data":
-        if not isinstance(obj.get("data"), dict):
-            raise InvalidParams(f"{where}.data must be an object")
-        part = {"type": "data", "data": obj["data"]}
-    else:
-        raise InvalidParams(f'{where}.type must be "text", "file" or "data", got {storable.brief(kind)}')
-    metadata = opt_obj(obj, "metadata", where)
-    if metadata:
-        part["metadata"] = metadata
-    return part
+    return typed_part(obj, where, file=file_part)  # flat: a file's members are the item's own
 
 
 def encode_data_item(part: P.Part) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 from django.conf import settings
 
 from tasks_app import dbcalls, selectors, services
+from tasks_app.domain import TaskRecord
 from tasks_app.errors import DomainError, TaskNotCancelable, TaskNotFound, UnsupportedOperation
 from tasks_app.lifecycle import INTERRUPTED, TERMINAL, Dialect, TaskState
 
@@ -43,12 +44,24 @@ def _not_found(task_id: str) -> TaskNotFound:
 
 async def _state(call: Call, task_id: str) -> str | None:
     """The caller's task's state, or None if it has no task of that id."""
-    found = await dbcalls.run(
-        selectors.task_key_for_caller, agent=call.agent, principal=call.principal, task_id=task_id
+    return await dbcalls.run(
+        selectors.task_state_for_caller, agent=call.agent, principal=call.principal, task_id=task_id
     )
-    if found is None:
-        return None
-    return await dbcalls.run(selectors.task_state, found[0])
+
+
+def _id_check(call: Call, task_id: str) -> None:
+    """The Leader chooses task ids: one an anonymous caller chose must be unguessable."""
+    services.client_task_id_check(
+        agent=call.agent, principal=call.principal, task_id=task_id, where="params.message.taskId"
+    )
+
+
+async def _answered(answer: exchange.Answer) -> dict[str, Any]:
+    """The task a send answered with, as an AIP Task (only the reason of its latest change is
+    read again: a send's answer has the rest)."""
+    assert answer.task is not None  # AIP has no bare replies (Send.bare_replies)
+    reason = await dbcalls.run(selectors.status_reason, answer.task.key)
+    return codec.encode_task(answer.task, record=TaskRecord(answer.task, [], [], reason))
 
 
 async def task_json(call: Call, task_id: str, *, get: codec.GetParams | None = None) -> dict[str, Any]:
@@ -110,17 +123,11 @@ async def apply(
     call: Call, message: LeaderMessage, *, wait: bool = True, attach: exchange.Attach | None = None
 ) -> dict[str, Any]:
     task_id = message.task_id
-    await dbcalls.run(
-        services.client_task_id_check,
-        agent=call.agent,
-        principal=call.principal,
-        task_id=task_id,
-        where="params.message.taskId",
-    )
+    _id_check(call, task_id)
     if message.command == "start":
         if await _state(call, task_id) is None:
             try:
-                await exchange.send(call, _send(message, wait=wait, attach=attach))
+                return await _answered(await exchange.send(call, _send(message, wait=wait, attach=attach)))
             except UnsupportedOperation:
                 pass  # another start of the same id won the race: this one is ignored
         return await task_json(call, task_id)
@@ -130,7 +137,7 @@ async def apply(
             raise _not_found(task_id)
         if state in _CONTINUABLE:
             try:
-                await exchange.send(call, _send(message, wait=wait))
+                return await _answered(await exchange.send(call, _send(message, wait=wait)))
             except UnsupportedOperation:
                 pass  # the task moved on meanwhile (the Leader canceled it): ignored
         return await task_json(call, task_id)
@@ -195,13 +202,7 @@ async def stream(call: Call, raw: Any) -> EventStream:
         return await exchange.subscribe(call, task_id, resume_after=after or 0, until=TERMINAL)
     state = await _state(call, task_id)
     if message.command == "start" and state is None:
-        await dbcalls.run(
-            services.client_task_id_check,
-            agent=call.agent,
-            principal=call.principal,
-            task_id=task_id,
-            where="params.message.taskId",
-        )
+        _id_check(call, task_id)
         return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
     if message.command == "continue" and state in _CONTINUABLE:
         return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
