@@ -10,6 +10,7 @@ Everything else (the admin) gets the full stack.
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
@@ -61,9 +62,13 @@ async def http_router(scope, receive, send):
     await consumer({**scope, "url_route": {"args": (), "kwargs": kwargs}}, receive, send)
 
 
-from agentserver import runtime, shutdown, tracing  # noqa: E402
+from agentserver import background, runtime, shutdown, tracing  # noqa: E402
+from agentserver.celery import app as celery_app  # noqa: E402
 
 application = ProtocolTypeRouter({"http": shutdown.counted(http_router)})
+
+if settings.BACKGROUND_WORK == "threads":  # the embedded mode: this process is worker and beat too
+    background.start_beat(celery_app)
 
 
 tracing.configure(service="agentserver-web")  # off unless TRACING_EXPORTER is set

@@ -4,7 +4,16 @@ from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
 
-app = Celery("agentserver")
+
+def _task_class() -> str:
+    """With BACKGROUND_WORK=threads (the embedded mode) a publish runs the job on this
+    process's threads instead (agentserver/background.py)."""
+    from django.conf import settings
+
+    return "agentserver.background:ThreadTask" if settings.BACKGROUND_WORK == "threads" else "celery.app.task:Task"
+
+
+app = Celery("agentserver", task_cls=_task_class())
 
 
 def _settings() -> dict:

@@ -1,7 +1,9 @@
 """Settings come from environment variables (twelve-factor), read once here.
 
-`AGENTSERVER_EMBEDDED=1` selects the embedded default: SQLite and agent work done
-in-process, for a machine with no Postgres or Redis. Everything else expects both.
+`AGENTSERVER_EMBEDDED=1` selects the embedded default, for a machine with no Postgres or Redis:
+SQLite, no Redis, and background work (agents' runs, push deliveries, timeouts, beat's sweeps) on
+threads of the web process (`BACKGROUND_WORK=threads`, agentserver/background.py). Everything
+else expects both.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -86,7 +89,13 @@ if EMBEDDED:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env.str("SQLITE_PATH", default=str(BASE_DIR / ".data" / "db.sqlite3")),
-            "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            # Background threads write while requests read: in WAL a reader never waits for
+            # a writer, and writers queue for up to `timeout` seconds.
+            "OPTIONS": {
+                "timeout": 20,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     }
 else:
@@ -122,8 +131,15 @@ BROKER_IS_REDIS = CELERY_BROKER_URL.startswith("redis://")
 if BROKER_IS_REDIS:
     CELERY_BROKER_TRANSPORT = "agentserver.broker:Transport"
 CELERY_TASK_DEFAULT_QUEUE = env.str("CELERY_QUEUE", default="agentserver")
-CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_EAGER_PROPAGATES = False
+# Where Celery's jobs run: "celery" (published to the broker, for the workers and beat) or
+# "threads" (on BACKGROUND_THREADS threads of this process, beat's schedule on a timer thread:
+# agentserver/background.py). "threads" is the embedded mode's; it also serves a single web
+# process on Postgres without Redis (REDIS_URL="": its wake-ups stay in-process).
+BACKGROUND_WORK = env.str("BACKGROUND_WORK", default="threads" if EMBEDDED else "celery")
+if BACKGROUND_WORK not in ("celery", "threads"):
+    raise ImproperlyConfigured(f"BACKGROUND_WORK must be 'celery' or 'threads', not {BACKGROUND_WORK!r}")
+BACKGROUND_THREADS = env.int("BACKGROUND_THREADS", default=4)
 CELERY_TASK_IGNORE_RESULT = True
 # A failed publish is not retried in the request: the run stays committed and unclaimed, and
 # the sweeper enqueues it again (tasks_app.dispatch.enqueue_run).

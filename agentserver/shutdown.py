@@ -7,7 +7,9 @@ one's successor), ends every open stream with a last comment saying to resubscri
 (`tasks_app.streams.close_all`), answers any new request on a connection still open with 503
 and Retry-After, and gives the requests in flight up to SHUTDOWN_GRACE seconds to finish. Then
 daphne stops as it would have: whatever is still running is cancelled. A second SIGTERM stops at
-once. The agents' work is untouched either way: it runs in the workers.
+once. The agents' work is untouched either way: it runs in the workers. In the embedded mode
+it runs on this process's threads (agentserver/background.py): no new one starts, and the
+interpreter waits for those begun before it exits.
 
 Under any other ASGI server (or in tests calling the application directly) `install` does
 nothing, and `counted` only counts.
@@ -26,6 +28,8 @@ from django.conf import settings
 from twisted.internet import tcp
 
 from tasks_app import streams
+
+from . import background
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +87,7 @@ def drain(reactor: Any) -> None:
             reader.stopListening()
     open_streams = streams.open_stream_count()
     streams.close_all()
+    background.stop()  # the embedded mode's threads: runs begun finish, no new one starts
     log.info(
         "SIGTERM: no longer listening; %d request(s) in flight, %d stream(s) told to resubscribe; waiting up to %s s",
         _in_flight,

@@ -414,15 +414,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+CELERY = "celery"
+IN_PROCESS = "in-process"
+
+
 @dataclass
 class LiveStack:
-    """Two daphne processes (no shared memory between them) and a Celery worker."""
+    """The server as it runs, over real HTTP: in the `celery` mode two daphne processes (no
+    shared memory between them) and a Celery worker, woken through Redis; in the `in-process`
+    mode, the embedded mode's, one daphne that runs the agents on its own threads and wakes its
+    own streams, without Redis (then both `urls` are that one process)."""
 
     urls: list[str]
     env: dict[str, str]
     logs: Path
     web_pids: list[int]
     worker_pid: int = 0
+    mode: str = CELERY
 
     def worker_children(self) -> list[int]:
         """The worker's prefork children: the processes that run the agents."""
@@ -437,7 +445,15 @@ class LiveStack:
         return self.web_pids[0]
 
     def log(self, name: str) -> str:
+        """A process's log; in the in-process mode the worker's is the web process's."""
+        if name == "worker" and self.mode == IN_PROCESS:
+            name = "web0"
         return (self.logs / f"{name}.log").read_text(errors="replace")
+
+    def needs_workers(self, why: str) -> None:
+        """Skip a test about the worker processes themselves in the in-process mode."""
+        if self.mode == IN_PROCESS:
+            pytest.skip(f"the in-process mode has no worker process: {why}")
 
 
 # What the live tests start: daphne on a port, and a Celery worker with two children.
@@ -473,15 +489,12 @@ def _wait_for(predicate, timeout: float, what: str, logs: Path) -> None:
     raise RuntimeError(f"{what} did not come up in {timeout}s\n{dump}")
 
 
-@pytest.fixture(scope="session")
-def live(django_db_setup, django_db_blocker):
-    """daphne and a Celery worker serving the test database over real HTTP and Redis."""
+def _live_env() -> dict[str, str]:
+    """The live stack's settings: the test database, short limits and polls."""
     from django.db import connection
 
     db = connection.settings_dict
-    ports = [_free_port(), _free_port()]
-    logs = Path(tempfile.mkdtemp(prefix="agentserver-live-"))
-    env = {
+    return {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "agentserver.settings",
         "DATABASE_URL": (
@@ -504,15 +517,52 @@ def live(django_db_setup, django_db_blocker):
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="agentserver-metrics-"),
         "METRICS_ENABLED": "1",
     }
+
+
+@pytest.fixture(scope="session")
+def live_celery(django_db_setup, django_db_blocker):
+    """daphne and a Celery worker serving the test database over real HTTP and Redis."""
+    ports = [_free_port(), _free_port()]
+    logs = Path(tempfile.mkdtemp(prefix="agentserver-live-"))
+    env = _live_env()
     with serving(env, ports, logs) as procs:
         urls = [f"http://127.0.0.1:{port}" for port in ports]
         yield LiveStack(urls=urls, env=env, logs=logs, web_pids=[p.pid for p in procs[:-1]], worker_pid=procs[-1].pid)
 
 
+@pytest.fixture
+def live(live_celery):
+    return live_celery
+
+
+@pytest.fixture(scope="module")
+def live_in_process(django_db_setup, django_db_blocker):
+    """One daphne doing its own background work on threads (BACKGROUND_WORK=threads, as the
+    embedded mode does), without Redis, on the test database. Per module: its beat thread
+    sweeps the shared test database, which only the live tests should see."""
+    port = _free_port()
+    logs = Path(tempfile.mkdtemp(prefix="agentserver-live-threads-"))
+    # Sweeps as often as the live tests' limits call for, but never a run a test just sent.
+    env = {**_live_env(), "REDIS_URL": "", "BACKGROUND_WORK": "threads", "SWEEP_EVERY": "1"}
+    with serving(env, [port], logs, worker=False) as procs:
+        url = f"http://127.0.0.1:{port}"
+        yield LiveStack(urls=[url, url], env=env, logs=logs, web_pids=[procs[0].pid], mode=IN_PROCESS)
+
+
+@pytest.fixture(scope="module", params=[CELERY, IN_PROCESS])
+def live_each_mode(request) -> LiveStack:
+    """The live stack in each mode in turn: a module runs its live tests against both by
+    defining `live` as this. Module-scoped, so a module's tests run in one mode, then the
+    other: the in-process server (and its beat) is up only for the second half."""
+    return request.getfixturevalue("live_celery" if request.param == CELERY else "live_in_process")
+
+
 @contextmanager
-def serving(env: dict[str, str], ports: list[int], logs: Path) -> Iterator[list[subprocess.Popen]]:
-    """A daphne on each of `ports` and a Celery worker, with `env`, logging into `logs`; once
-    they answer, the processes (the worker last); stopped afterwards."""
+def serving(
+    env: dict[str, str], ports: list[int], logs: Path, *, worker: bool = True
+) -> Iterator[list[subprocess.Popen]]:
+    """A daphne on each of `ports` and (unless not `worker`) a Celery worker, with `env`,
+    logging into `logs`; once they answer, the processes (the worker last); stopped afterwards."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", *daphne_command(port)],
@@ -522,19 +572,22 @@ def serving(env: dict[str, str], ports: list[int], logs: Path) -> Iterator[list[
             stderr=subprocess.STDOUT,
         )
         for i, port in enumerate(ports)
-    ] + [
-        subprocess.Popen(
-            [sys.executable, "-m", *WORKER_COMMAND],
-            cwd=ROOT,
-            env=env,
-            stdout=open(logs / "worker.log", "wb"),
-            stderr=subprocess.STDOUT,
-        ),
     ]
+    if worker:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", *WORKER_COMMAND],
+                cwd=ROOT,
+                env=env,
+                stdout=open(logs / "worker.log", "wb"),
+                stderr=subprocess.STDOUT,
+            )
+        )
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         _wait_for(lambda: all(map(serves, urls)), 30, "daphne", logs)
-        _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
+        if worker:
+            _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
         yield procs
     finally:
         for proc in procs:

@@ -16,6 +16,12 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
+@pytest.fixture
 def writer(tenant):
     return make_agent(tenant, "aipwriter", "writer", streaming=True, push_notifications=True)
 

@@ -9,6 +9,14 @@ import pytest
 from tests.conftest import make_agent, user_message
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 V1 = {"A2A-Version": "1.0"}
 
 
@@ -196,6 +204,7 @@ def test_every_session_ended_as_by_a_postgres_restart_costs_no_request_and_no_ru
 
 
 def test_a_run_whose_worker_is_killed_runs_again_and_completes(live, tenant, alice_key, settings):
+    live.needs_workers("killing the process that runs the agent kills the server (docs/operations.md)")
     import os
     import signal
 

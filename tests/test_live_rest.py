@@ -20,6 +20,12 @@ from tests.test_live_streaming import WRITER_EVENTS, describe
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 @contextmanager
 def rest_stream(
     base: str,

@@ -18,6 +18,12 @@ from tests.conftest import make_agent, user_message
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 @contextmanager
 def stream(
     base: str,

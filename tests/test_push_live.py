@@ -15,6 +15,14 @@ from tests.conftest import user_message
 from tests.receiver import Answer
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 V1 = {"A2A-Version": "1.0"}
 BEARER = {"scheme": "Bearer", "credentials": "live-receiver-secret"}
 
