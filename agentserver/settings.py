@@ -162,6 +162,10 @@ SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
 # that declares itself safe to re-run (`Executor.rerunnable`), then fails it `worker-lost`.
 SWEEP_LOST_GRACE = env.int("SWEEP_LOST_GRACE", default=60)
 AGENT_RUN_RETRIES = env.int("AGENT_RUN_RETRIES", default=2)
+# Each periodic job (the sweepers, below and in the sections of push and the registry) runs in
+# one process at a time, under a lease named after its beat entry (tasks_app/leases.py) that
+# runs out after this many seconds if its holder died: keep it well above the longest sweep.
+SWEEP_LEASE_SECONDS = env.float("SWEEP_LEASE_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-work": {
         "task": "tasks_app.tasks.sweep_stuck_work",
