@@ -195,6 +195,11 @@ READY_MAX_QUEUE_AGE = env.float("READY_MAX_QUEUE_AGE", default=300.0)
 METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
+# A Celery worker's main process serves its prefork children's counts (summed from
+# PROMETHEUS_MULTIPROC_DIR) on this port, for a pod Prometheus scrapes (0: off). Plain HTTP,
+# refused without METRICS_TOKEN when one is set: keep the port inside the cluster.
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
+WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
 # OpenTelemetry traces (agentserver/tracing.py): "otlp" (with the SDK's OTEL_EXPORTER_OTLP_*
 # variables), "console", or "file:<path>"; empty: off.
 TRACING_EXPORTER = env.str("TRACING_EXPORTER", default="")
