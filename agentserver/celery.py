@@ -69,3 +69,13 @@ def _drop_dead_connections(**_: object) -> None:
     from agentserver import runtime
 
     runtime.drop_dead_connections()
+
+
+@signals.worker_ready.connect
+def _serve_metrics(**_: object) -> None:
+    # The main process, after the pool forked its first children (so they start without the
+    # server's socket or its thread's locks): their counts on WORKER_METRICS_PORT, when set
+    # (ops/metrics.py).
+    from ops import metrics
+
+    metrics.serve_worker()

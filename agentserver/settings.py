@@ -178,6 +178,10 @@ SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
 # that declares itself safe to re-run (`Executor.rerunnable`), then fails it `worker-lost`.
 SWEEP_LOST_GRACE = env.int("SWEEP_LOST_GRACE", default=60)
 AGENT_RUN_RETRIES = env.int("AGENT_RUN_RETRIES", default=2)
+# Each periodic job (the sweepers, below and in the sections of push and the registry) runs in
+# one process at a time, under a lease named after its beat entry (tasks_app/leases.py) that
+# runs out after this many seconds if its holder died: keep it well above the longest sweep.
+SWEEP_LEASE_SECONDS = env.float("SWEEP_LEASE_SECONDS", default=300.0)
 CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-work": {
         "task": "tasks_app.tasks.sweep_stuck_work",
@@ -207,6 +211,11 @@ READY_MAX_QUEUE_AGE = env.float("READY_MAX_QUEUE_AGE", default=300.0)
 METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
+# A Celery worker's main process serves its prefork children's counts (summed from
+# PROMETHEUS_MULTIPROC_DIR) on this port, for a pod Prometheus scrapes (0: off). Plain HTTP,
+# refused without METRICS_TOKEN when one is set: keep the port inside the cluster.
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
+WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
 # OpenTelemetry traces (agentserver/tracing.py): "otlp" (with the SDK's OTEL_EXPORTER_OTLP_*
 # variables), "console", or "file:<path>"; empty: off.
 TRACING_EXPORTER = env.str("TRACING_EXPORTER", default="")

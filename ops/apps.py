@@ -8,8 +8,3 @@ class OpsConfig(AppConfig):
 
     name = "ops"
     verbose_name = "Operations"
-
-    def ready(self) -> None:
-        from . import metrics  # the scrape-time collector registers itself
-
-        metrics.install()

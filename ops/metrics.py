@@ -1,22 +1,32 @@
 """The Prometheus exposition: what the apps count (protocols.metrics, tasks_app.metrics,
 push.metrics), summed over every process in multiprocess mode, and what the store says at
-scrape time (tasks by state, the run queue), read at most every METRICS_STORE_EVERY seconds."""
+scrape time (tasks by state, the run queue), read at most every METRICS_STORE_EVERY seconds.
+Served by the web processes' /metrics (views.py) and, on WORKER_METRICS_PORT, by a Celery
+worker's main process for its prefork children (serve_worker)."""
 
 from __future__ import annotations
 
+import hmac
+import logging
 import os
+import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
-from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, generate_latest, make_wsgi_app, multiprocess
 from prometheus_client.core import REGISTRY, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from tasks_app import selectors
+
+log = logging.getLogger(__name__)
 
 
 class StoreCollector(Collector):
@@ -62,18 +72,100 @@ class StoreCollector(Collector):
 _store = StoreCollector()
 
 
-def install() -> None:
-    """Register the store's gauges with the process's registry (once)."""
-    if _store not in REGISTRY._collector_to_names:  # noqa: SLF001 - prometheus_client has no public test
-        REGISTRY.register(_store)
+class _ThisProcess(Collector):
+    """This process's own counts (prometheus_client's default registry), in a registry of ours."""
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        yield from REGISTRY.collect()
+
+
+def registry(*, store: bool) -> CollectorRegistry:
+    """What a scrape reads: the counts of every process when PROMETHEUS_MULTIPROC_DIR is set
+    (each writes its own files there), else of this one; and the store's gauges if `store`."""
+    built = CollectorRegistry()
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.MultiProcessCollector(built)
+    else:
+        built.register(_ThisProcess())
+    if store:
+        built.register(_store)
+    return built
 
 
 def exposition() -> bytes:
-    """The metrics text, of every process when PROMETHEUS_MULTIPROC_DIR is set (each writes
-    its own files there), else of this one."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        registry.register(_store)
-        return generate_latest(registry)
-    return generate_latest(REGISTRY)
+    """The metrics text of the web processes' /metrics."""
+    return generate_latest(registry(store=True))
+
+
+def authorized(header: str) -> bool:
+    """Whether an Authorization header lets its sender read the metrics: anyone without
+    METRICS_TOKEN, else only a bearer of it (the metrics name tenants and agents)."""
+    token = settings.METRICS_TOKEN
+    if not token:
+        return True
+    return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+
+
+REFUSAL = b"send Authorization: Bearer <METRICS_TOKEN>\n"
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _guarded(app: Wsgi) -> Wsgi:
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if not authorized(environ.get("HTTP_AUTHORIZATION", "")):
+            headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')]
+            start_response("401 Unauthorized", headers)
+            return [REFUSAL]
+        return app(environ, start_response)
+
+    return guarded
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in flight never holds up the worker's exit
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # a line per scrape would drown the worker's log
+
+
+def serve(*, port: int, addr: str, registry: CollectorRegistry) -> WSGIServer:
+    """The exposition of `registry` at http://addr:port/, from a daemon thread, refused
+    without METRICS_TOKEN when one is set. prometheus_client's own start_http_server would do,
+    but its application cannot be wrapped before it starts answering."""
+    server_class = _Server6 if ":" in addr else _Server
+    server = make_server(addr, port, _guarded(make_wsgi_app(registry)), server_class, handler_class=_Quiet)
+    threading.Thread(target=server.serve_forever, name="metrics-server", daemon=True).start()
+    return server
+
+
+def serve_worker() -> WSGIServer | None:
+    """In a Celery worker's main process, with WORKER_METRICS_PORT set: the counts of its
+    prefork children, summed from PROMETHEUS_MULTIPROC_DIR, for Prometheus to scrape from the
+    pod itself. Not the store's gauges: every web process serves those already, and a worker
+    pod's copy would count each task twice in a sum over pods."""
+    port = settings.WORKER_METRICS_PORT
+    if not port:
+        return None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        log.error(
+            "WORKER_METRICS_PORT is set but PROMETHEUS_MULTIPROC_DIR is not: the worker's children count in "
+            "their own memory, out of the main process's reach; no metrics served"
+        )
+        return None
+    try:
+        server = serve(port=port, addr=settings.WORKER_METRICS_ADDR, registry=registry(store=False))
+    except OSError as exc:
+        log.error("worker metrics not served on %s:%d: %s", settings.WORKER_METRICS_ADDR, port, exc)
+        return None
+    log.info("worker metrics on http://%s:%d/metrics", settings.WORKER_METRICS_ADDR, port)
+    return server

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-
 import orjson
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -32,13 +30,9 @@ async def metrics_view(request: HttpRequest) -> HttpResponse:
     of it (the metrics name tenants and agents)."""
     if not settings.METRICS_ENABLED:
         return HttpResponse(b"metrics are off (METRICS_ENABLED)\n", status=404, content_type="text/plain")
-    token = settings.METRICS_TOKEN
-    if token:
-        sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(sent.encode(), token.encode()):
-            refusal = b"send Authorization: Bearer <METRICS_TOKEN>\n"
-            response = HttpResponse(refusal, status=401, content_type="text/plain")
-            response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-            return response
+    if not metrics.authorized(request.headers.get("Authorization", "")):
+        response = HttpResponse(metrics.REFUSAL, status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
     body = await sync_to_async(metrics.exposition, thread_sensitive=False)()
     return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)

@@ -7,6 +7,7 @@ import logging
 
 from celery import shared_task
 
+from tasks_app.leases import one_at_a_time
 from tasks_app.metrics import SWEEPS
 
 from . import delivery, dispatch, selectors
@@ -20,6 +21,7 @@ def deliver(config_pk: int) -> str:
 
 
 @shared_task(ignore_result=True)
+@one_at_a_time("sweep-push-deliveries")
 def sweep_deliveries() -> int:
     stalled = selectors.configs_stalled()
     for config_pk in stalled:

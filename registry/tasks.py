@@ -8,12 +8,15 @@ from datetime import timedelta
 from celery import shared_task
 from django.conf import settings
 
+from tasks_app.leases import one_at_a_time
+
 from . import services
 
 log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
+@one_at_a_time("registry-check-entries")
 def check_due_entries() -> dict[str, int]:
     """Beat: hand out the entries whose liveness check is due, one job each; make sure every
     hosted agent has its entry; drop checks older than REGISTRY_CHECKS_KEPT_DAYS."""

@@ -22,3 +22,8 @@ SWEEPS = Counter(
     "What the sweepers did: runs sent again, lost runs failed, waits timed out, push configs resumed.",
     ["action"],
 )
+SWEEPS_SKIPPED = Counter(
+    "agentserver_sweeps_skipped",
+    "Periodic jobs not run because another process held their lease (tasks_app.leases), by beat entry.",
+    ["sweep"],
+)

@@ -1,4 +1,5 @@
-"""Celery tasks: thin, id-taking, safe to run twice. Runs are sent by `dispatch`."""
+"""Celery tasks: thin, id-taking, safe to run twice. Runs are sent by `dispatch`. The periodic
+ones (beat) run one at a time across processes (`leases`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.conf import settings
 
 from . import dispatch, metrics, runner, services
 from .executors import REGISTRY
+from .leases import one_at_a_time
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,7 @@ def expire_awaiting(task_id: str) -> str:
 
 
 @shared_task(ignore_result=True)
+@one_at_a_time("sweep-awaiting")
 def sweep_awaiting() -> int:
     """Close the tasks that waited on their clients longer than they allowed."""
     closed = services.awaiting_expire_due()
@@ -37,6 +40,7 @@ def sweep_awaiting() -> int:
 
 
 @shared_task(ignore_result=True)
+@one_at_a_time("sweep-stuck-work")
 def sweep_stuck_work() -> dict[str, int]:
     unclaimed, failed = services.sweep_stuck_work(
         unclaimed_after=settings.SWEEP_UNCLAIMED_AFTER,
@@ -54,6 +58,7 @@ def sweep_stuck_work() -> dict[str, int]:
 
 
 @shared_task(ignore_result=True)
+@one_at_a_time("count-stored-bytes")
 def count_stored_bytes() -> dict[str, int]:
     """The tenants' stored-bytes counters, which their storage quotas are checked against."""
     return services.stored_bytes_count(

@@ -71,3 +71,21 @@ def test_kubernetes_keeps_one_beat_and_one_group_runner_even_during_a_rollout():
 def test_kubernetes_gives_a_worker_the_time_to_finish_the_runs_it_began():
     worker = manifests()["Deployment/agentserver-worker"]["spec"]["template"]["spec"]
     assert worker["terminationGracePeriodSeconds"] >= settings.AGENT_TIME_LIMIT
+
+
+def test_prometheus_scrapes_every_web_and_worker_pod_on_the_port_that_serves_its_metrics():
+    found = manifests()
+    config = found["ConfigMap/agentserver"]["data"]
+    for role, port in (("web", 8000), ("worker", 9808)):
+        template = found[f"Deployment/agentserver-{role}"]["spec"]["template"]
+        annotations = template["metadata"]["annotations"]
+        assert annotations["prometheus.io/scrape"] == "true", role
+        assert (annotations["prometheus.io/port"], annotations["prometheus.io/path"]) == (str(port), "/metrics"), role
+        container = template["spec"]["containers"][0]
+        assert port in [p["containerPort"] for p in container["ports"]], role
+        # Its processes count into the pod's own emptyDir, which its /metrics sums.
+        mount = next(m for m in container["volumeMounts"] if m["mountPath"] == config["PROMETHEUS_MULTIPROC_DIR"])
+        volume = next(v for v in template["spec"]["volumes"] if v["name"] == mount["name"])
+        assert volume["emptyDir"] == {}, role
+    worker = found["Deployment/agentserver-worker"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "WORKER_METRICS_PORT", "value": "9808"} in worker["env"]

@@ -1,6 +1,6 @@
 """Operating the server (issue 26, first step): /healthz, /readyz failing for each dependency
 that is down, and /metrics counting requests, runs, pushes and the store's gauges, in one
-process and summed across daphne and a Celery worker's children."""
+process and summed across daphne and a Celery worker's children; a worker's own metrics port."""
 
 from __future__ import annotations
 
@@ -267,3 +267,92 @@ def test_one_trace_joins_the_request_in_daphne_the_run_and_the_deliveries_in_wor
     assert request["service"] == "agentserver-web" and request["attributes"]["agentserver.method"] == "SendMessage"
     services = {s["service"] for s in found if s["trace_id"] == request["trace_id"]}
     assert services == {"agentserver-web", "agentserver-worker"}
+
+
+# --- a worker's own metrics port (Kubernetes scrapes each pod) -----------------------------------
+
+
+@pytest.fixture
+def metered_worker(live, tmp_path):
+    """A Celery worker of its own serving its children's counts on WORKER_METRICS_PORT to a
+    bearer of METRICS_TOKEN, with a metrics directory of its own (a pod's emptyDir) and a queue
+    of its own (the shared live worker must not take its runs), over the live stack's database."""
+    from tests.conftest import _free_port, serving
+
+    port, metrics_dir = _free_port(), tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = {
+        **live.env,
+        "WORKER_METRICS_PORT": str(port),
+        "WORKER_METRICS_ADDR": "127.0.0.1",
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "METRICS_TOKEN": "worker-s3cret",
+        "CELERY_QUEUE": f"metered-{port}",
+    }
+    with serving(env, [], tmp_path):
+        yield f"http://127.0.0.1:{port}/metrics", env["CELERY_QUEUE"]
+
+
+@pytest.mark.live
+def test_a_worker_serves_the_counts_of_its_children_on_its_metrics_port(
+    metered_worker, rpc, echo_agent, alice_key, monkeypatch
+):
+    from agentserver.celery import app as celery_app
+    from tasks_app import dispatch
+
+    url, queue = metered_worker
+    bearer = {"Authorization": "Bearer worker-s3cret"}
+    refused = httpx.get(url, timeout=10)
+    assert refused.status_code == 401 and refused.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "agentserver_" not in refused.text
+    assert httpx.get(url, headers={"Authorization": "Bearer nope"}, timeout=10).status_code == 401
+    before = httpx.get(url, headers=bearer, timeout=10)
+    assert before.status_code == 200 and sample(before.text, "agentserver_runs_total", outcome="done") == 0
+
+    runs = []
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: runs.append(kw))
+    rpc.send("/agents/acme/echo/", key=alice_key, configuration={"returnImmediately": True})
+    celery_app.conf.task_always_eager = False  # really through the broker, to that worker's queue
+    celery_app.send_task(dispatch.RUN_AGENT, args=(str(runs[0]["task_id"]), str(runs[0]["run_token"])), queue=queue)
+
+    deadline = time.monotonic() + 15
+    while sample(text := httpx.get(url, headers=bearer, timeout=10).text, "agentserver_runs_total", outcome="done") < 1:
+        assert time.monotonic() < deadline, text
+        time.sleep(0.2)
+    assert sample(text, "agentserver_runs_total", outcome="done") == 1  # counted in a child, served by the parent
+    assert sample(text, "agentserver_run_seconds_count", agent="acme/echo") == 1
+    assert "agentserver_tasks{" not in text  # the store's gauges come from the web pods only
+
+
+def test_the_worker_metrics_server_answers_only_a_bearer_of_the_token_when_one_is_set(settings):
+    from ops import metrics
+    from tests.conftest import _free_port
+
+    port = _free_port()
+    server = metrics.serve(port=port, addr="127.0.0.1", registry=metrics.registry(store=False))
+    try:
+        url = f"http://127.0.0.1:{port}/metrics"
+        settings.METRICS_TOKEN = ""
+        assert httpx.get(url, timeout=5).status_code == 200
+        settings.METRICS_TOKEN = "s3cret"
+        for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "s3cret-and-more"}):
+            refused = httpx.get(url, headers=headers, timeout=5)
+            assert refused.status_code == 401 and refused.headers["WWW-Authenticate"] == 'Bearer realm="metrics"'
+        allowed = httpx.get(url, headers={"Authorization": "Bearer s3cret"}, timeout=5)
+        assert allowed.status_code == 200 and "agentserver_runs_total" in allowed.text
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_worker_serves_no_metrics_unless_asked_or_without_a_directory_its_children_share(
+    settings, monkeypatch, caplog
+):
+    from ops import metrics
+
+    settings.WORKER_METRICS_PORT = 0
+    assert metrics.serve_worker() is None
+    settings.WORKER_METRICS_PORT = closed_port()
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    assert metrics.serve_worker() is None
+    assert "WORKER_METRICS_PORT is set but PROMETHEUS_MULTIPROC_DIR is not" in caplog.text

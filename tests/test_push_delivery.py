@@ -303,6 +303,22 @@ def test_the_sweeper_restarts_configs_whose_jobs_were_lost(rpc, echo_agent, alic
     assert tasks.sweep_deliveries() == 0
 
 
+def test_a_sweep_while_another_process_sweeps_restarts_nothing_and_the_next_one_does(
+    rpc, echo_agent, alice_key, receiver, push_jobs, settings
+):
+    from tasks_app.leases import lease
+
+    settings.SWEEP_LEASE_SECONDS = 10
+    send_with_push(rpc, ECHO, alice_key, receiver.url())
+    push_jobs.clear()  # the broker lost them
+    with lease("sweep-push-deliveries", seconds=10):  # another worker is sweeping
+        assert tasks.sweep_deliveries() == "skipped"
+    assert push_jobs == []
+    assert tasks.sweep_deliveries() == 1
+    drain_push_jobs(push_jobs)
+    assert seqs(receiver.requests) == list(range(1, Task.objects.get().last_seq + 1))
+
+
 def test_several_configs_of_one_task_each_get_every_event(rpc, tenant, alice_key, receiver, push_jobs):
     make_agent(tenant, "writer", "writer", settings={"delay": 0})
     asked = rpc.send(WRITER, "write", key=alice_key).result["task"]  # input-required

@@ -255,6 +255,50 @@ def test_a_lost_run_of_an_executor_not_declared_rerunnable_fails_at_once(echo_ag
     assert task.failure == "worker-lost" and task.run_retries == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_two_sweeps_at_the_same_moment_sweep_once_and_the_unclaimed_run_is_sent_once(
+    echo_agent, no_enqueue, monkeypatch, settings
+):
+    import threading
+
+    from django.db import connections
+
+    from tasks_app import tasks
+
+    settings.SWEEP_LEASE_SECONDS = 10
+    stuck = receive(echo_agent)
+    Task.objects.filter(pk=stuck.pk).update(run_requested_at=timezone.now() - timezone.timedelta(hours=1))
+    no_enqueue.clear()  # the send at commit, which the broker "lost"
+    # The sweep that holds the lease goes on only once the other call has come and gone.
+    other_returned = threading.Event()
+    sweep = services.sweep_stuck_work
+
+    def slow_sweep(**kwargs):
+        other_returned.wait(5)
+        return sweep(**kwargs)
+
+    monkeypatch.setattr(services, "sweep_stuck_work", slow_sweep)
+    both = threading.Barrier(2)
+    results = []
+
+    def beat_fires() -> None:
+        both.wait()
+        try:
+            results.append(tasks.sweep_stuck_work())
+        finally:
+            other_returned.set()
+            connections.close_all()
+
+    threads = [threading.Thread(target=beat_fires) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(15)
+    assert sorted(results, key=str) == ["skipped", {"requeued": 1, "failed": 0}]
+    stuck.refresh_from_db()
+    assert no_enqueue == [{"task_id": stuck.pk, "run_token": stuck.run_token}]
+
+
 def test_the_built_in_executors_declare_themselves_safe_to_run_again():
     from tasks_app.executors import REGISTRY
 
