@@ -15,6 +15,12 @@ from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentserver.settings")
 
+from agentserver import tracing  # noqa: E402
+
+# Before Django loads its middleware, which the Django instrumentation adds to; off unless
+# TRACING_EXPORTER is set.
+tracing.configure(service="agentserver-web")
+
 # Django must be set up before anything imports models (Channels consumers will, later).
 django_application = get_asgi_application()
 
@@ -62,16 +68,14 @@ async def http_router(scope, receive, send):
     await consumer({**scope, "url_route": {"args": (), "kwargs": kwargs}}, receive, send)
 
 
-from agentserver import background, runtime, shutdown, tracing  # noqa: E402
+from agentserver import background, runtime, shutdown  # noqa: E402
 from agentserver.celery import app as celery_app  # noqa: E402
 
-application = ProtocolTypeRouter({"http": shutdown.counted(http_router)})
+application = ProtocolTypeRouter({"http": shutdown.counted(tracing.asgi(http_router))})
 
 if settings.BACKGROUND_WORK == "threads":  # the embedded mode: this process is worker and beat too
     background.start_beat(celery_app)
 
-
-tracing.configure(service="agentserver-web")  # off unless TRACING_EXPORTER is set
 
 # Last, once everything a request needs is imported: see agentserver/runtime.py.
 runtime.leave_request_bodies_to_the_application()

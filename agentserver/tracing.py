@@ -5,11 +5,14 @@
 - "file:<path>": each span as a line of JSON appended to <path> (what the tests read, from
   every process).
 
-A trace runs from the agent request (`protocols.endpoint`'s span) through the Celery publish
-and the worker's run of the agent (the Celery instrumentation carries the context in the
-message's headers) to each push delivery the run's events cause, with Postgres and Redis calls
-as child spans (their instrumentations). Each process configures itself once: daphne when its
-ASGI application loads, each worker child when it is forked.
+A trace runs from the HTTP request (the ASGI instrumentation's server span, around every
+request daphne serves; the Django instrumentation's below it for the admin and the directory)
+through the agent request (`protocols.endpoint`'s span), the Celery publish and the worker's run
+of the agent (the Celery instrumentation carries the context in the message's headers) to each
+push delivery the run's events cause and its POST (the httpx instrumentation, which also sends
+`traceparent` to the receiver), with Postgres and Redis calls as child spans. Each process
+configures itself once: daphne before its ASGI application loads (Django's instrumentation adds a
+middleware, so it must come first), each worker child when it is forked.
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ import json
 import os
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
+from opentelemetry.instrumentation.django import DjangoInstrumentor
+from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
 from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 from opentelemetry.instrumentation.redis import RedisInstrumentor
 from opentelemetry.sdk.resources import Resource
@@ -58,6 +65,7 @@ class FileSpanExporter(SpanExporter):
                         "span_id": f"{context.span_id:016x}" if context else "",
                         "parent_id": f"{parent.span_id:016x}" if parent else "",
                         "service": span.resource.attributes.get("service.name", ""),
+                        "kind": span.kind.name,
                         "attributes": {k: str(v) for k, v in (span.attributes or {}).items()},
                     }
                 )
@@ -96,8 +104,33 @@ def configure(*, service: str, exporter: SpanExporter | None = None) -> bool:
         CeleryInstrumentor().instrument(tracer_provider=provider)
         PsycopgInstrumentor().instrument(tracer_provider=provider, skip_dep_check=True)
         RedisInstrumentor().instrument(tracer_provider=provider)
+        HTTPXClientInstrumentor().instrument(tracer_provider=provider)
+        DjangoInstrumentor().instrument(tracer_provider=provider)
         _provider = provider
     return True
+
+
+def uninstrument() -> None:
+    """Undo `configure`'s instrumentations (the tests trace one process, then stop)."""
+    global _provider
+    for instrumentor in (
+        CeleryInstrumentor(),
+        PsycopgInstrumentor(),
+        RedisInstrumentor(),
+        HTTPXClientInstrumentor(),
+        DjangoInstrumentor(),
+    ):
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
+    _provider = None
+
+
+def asgi(app: Any) -> Any:
+    """`app` with a server span around each HTTP request, when this process is traced. The
+    spans of each message received and sent are left out: a stream would make one per event."""
+    if _provider is None:
+        return app
+    return OpenTelemetryMiddleware(app, tracer_provider=_provider, exclude_spans=["receive", "send"])
 
 
 def shutdown() -> None:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from django.db import connections
 from django.utils import timezone
+from opentelemetry.trace import SpanKind
 
 from tasks_app.models import Task
 from tests.conftest import user_message
@@ -163,9 +164,6 @@ def test_metrics_sum_the_web_and_worker_processes(live, echo_agent, alice_key, r
 @pytest.fixture
 def spans(monkeypatch):
     """This process traced into memory; the instrumentations undone afterwards."""
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    from opentelemetry.instrumentation.redis import RedisInstrumentor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from agentserver import tracing
@@ -175,9 +173,7 @@ def spans(monkeypatch):
     assert tracing.configure(service="agentserver-test", exporter=exporter)
     connections.close_all()  # the instrumentation traces the connections made from now on
     yield exporter
-    CeleryInstrumentor().uninstrument()
-    PsycopgInstrumentor().uninstrument()
-    RedisInstrumentor().uninstrument()
+    tracing.uninstrument()
 
 
 def test_one_trace_joins_the_request_the_agents_run_and_its_push_deliveries(
@@ -201,8 +197,27 @@ def test_one_trace_joins_the_request_the_agents_run_and_its_push_deliveries(
     assert run and all(s.context.trace_id == trace_id for s in run)
     assert len(pushes) >= 3 and all(s.context.trace_id == trace_id for s in pushes)
     assert {s.attributes["agentserver.outcome"] for s in pushes} == {"delivered"}
+    # Each delivery's POST is a client span below it, and carries the trace to the receiver.
+    posts = [s for s in finished if s.parent and s.parent.span_id in ids(pushes) and is_http_post(s)]
+    assert len(posts) == len(pushes)
+    assert {r.headers["traceparent"].split("-")[1] for r in receiver.requests} == {f"{trace_id:032x}"}
     # The store's and Redis's calls are in it too.
     assert any(s.context.trace_id == trace_id and s.attributes.get("db.system") == "postgresql" for s in finished)
+
+
+def ids(spans) -> set[int]:
+    return {s.context.span_id for s in spans}
+
+
+def is_http_post(span) -> bool:
+    method = span.attributes.get("http.request.method", span.attributes.get("http.method"))
+    return span.kind == SpanKind.CLIENT and method == "POST"
+
+
+def test_a_django_page_is_traced_from_its_http_request(spans, client):
+    assert client.get("/registry/").status_code == 200
+    (page,) = [s for s in spans.get_finished_spans() if s.kind == SpanKind.SERVER]
+    assert page.attributes["http.route"] == "registry/" and page.name == "GET registry/"
 
 
 def test_traces_are_off_unless_configured(settings, monkeypatch):
@@ -265,6 +280,9 @@ def test_one_trace_joins_the_request_in_daphne_the_run_and_the_deliveries_in_wor
     assert joined(found), [(s["service"], s["name"], s["trace_id"][:8]) for s in found if s["parent_id"] == ""]
     request = next(s for s in found if s["name"] == "agent request JSONRPC")
     assert request["service"] == "agentserver-web" and request["attributes"]["agentserver.method"] == "SendMessage"
+    # Its root is daphne's HTTP request, the ASGI instrumentation's server span.
+    (http,) = [s for s in found if s["span_id"] == request["parent_id"]]
+    assert http["kind"] == "SERVER" and http["parent_id"] == "" and http["name"].startswith("POST")
     services = {s["service"] for s in found if s["trace_id"] == request["trace_id"]}
     assert services == {"agentserver-web", "agentserver-worker"}
 
