@@ -21,6 +21,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
+@pytest.fixture
 def planner(tenant, monkeypatch):
     from tasks_app.executors import REGISTRY
 

@@ -51,6 +51,13 @@ from google.protobuf.json_format import ParseDict, ParseError
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
+
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 CANCELED = TaskState.TASK_STATE_CANCELED
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED

@@ -47,6 +47,13 @@ from tests.conftest import make_agent, user_message_v03
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
+
+@pytest.fixture
+def live(live_each_mode):
+    """Each test here runs against both modes: Celery workers, and the embedded mode's threads."""
+    return live_each_mode
+
+
 # The 0.3 model each JSON-RPC method's result must parse as.
 STRICT_TYPES: dict[str, Any] = {
     "message/send": types_v03.Task,
