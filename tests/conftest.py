@@ -590,13 +590,18 @@ def serving(
             _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
         yield procs
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop(procs)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each process, then wait up to 10 s for each before killing it."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 # --- calling the HTTP+JSON routes -------------------------------------------------------

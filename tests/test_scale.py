@@ -27,6 +27,7 @@ from tests.conftest import (
     _wait_for,
     make_agent,
     serving,
+    stop,
     user_message,
     worker_ready,
 )
@@ -69,13 +70,7 @@ def scaled(django_db_setup, django_db_blocker) -> Iterator[Scaled]:
                 _wait_for(lambda i=i: worker_ready(logs / f"worker{i}.log"), 30, f"worker {i}", logs)
             yield Scaled(urls=[f"http://127.0.0.1:{port}" for port in ports], logs=logs)
         finally:
-            for proc in others:
-                proc.terminate()
-            for proc in others:
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+            stop(others)
 
 
 @pytest.fixture
