@@ -130,7 +130,7 @@ def test_runs_sent_to_every_web_process_are_shared_by_the_workers_and_each_runs_
         assert time.monotonic() < deadline, "not every run completed"
         time.sleep(0.2)
     for task_id in ids:
-        states = list(StatusChange.objects.filter(task_id=task_id).values_list("state", flat=True))
+        states = list(StatusChange.objects.filter(task_id=task_id).order_by("id").values_list("state", flat=True))
         assert states.count("completed") == 1 and states.count("working") <= 1, states
     ran = [scaled.log(name).count("run_agent[") for name in ("worker", "worker1", "worker2")]
     assert sum(1 for count in ran if count) >= 2, f"runs per worker: {ran}"
@@ -162,6 +162,6 @@ def test_two_beats_sweep_one_at_a_time_and_a_held_lease_holds_both_back(scaled, 
     while Task.objects.get(pk=task.pk).state != "completed":
         assert time.monotonic() < deadline, "the sweepers never sent the run once the lease was free"
         time.sleep(0.1)
-    states = list(task.status_changes.values_list("state", flat=True))
+    states = list(task.status_changes.order_by("id").values_list("state", flat=True))
     assert states == ["submitted", "completed"]  # the echo agent completes at once, and it ran once
     assert "beat: Starting" in scaled.log("beat0") and "beat: Starting" in scaled.log("beat1")
