@@ -134,18 +134,18 @@ def test_a_method_no_dialect_has_is_counted_as_unknown_not_by_its_name(client, s
     assert sample(text, "agentserver_requests_total", **labels) >= 1
 
 
+def send_with_push(base: str, key: str, text: str, config: dict) -> dict:
+    """A blocking SendMessage to the echo agent over HTTP, with a push config inline; the result."""
+    params = {"message": user_message(text), "configuration": {"taskPushNotificationConfig": config}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}
+    headers = {"X-API-Key": key, "A2A-Version": "1.0"}
+    return httpx.post(f"{base}/agents/acme/echo/", json=body, headers=headers, timeout=30).json()["result"]
+
+
 @pytest.mark.live
 def test_metrics_sum_the_web_and_worker_processes(live, echo_agent, alice_key, receiver):
-    headers = {"X-API-Key": alice_key, "A2A-Version": "1.0"}
-    config = {"url": receiver.url(), "id": "p"}
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {"message": user_message("count me"), "configuration": {"taskPushNotificationConfig": config}},
-    }
     before = httpx.get(f"{live.urls[1]}/metrics", timeout=10).text
-    assert httpx.post(f"{live.url}/agents/acme/echo/", json=body, headers=headers, timeout=30).json()["result"]
+    assert send_with_push(live.url, alice_key, "count me", {"url": receiver.url(), "id": "p"})
     receiver.wait_for(lambda requests: len(requests) >= 3)  # submitted, the artifact, completed
     # The other web process reads what the first one and the worker's children counted.
     after = httpx.get(f"{live.urls[1]}/metrics", timeout=10).text
@@ -251,15 +251,7 @@ def test_one_trace_joins_the_request_in_daphne_the_run_and_the_deliveries_in_wor
     import json
 
     url, spans = traced
-    config = {"url": receiver.url(), "id": "traced"}
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "SendMessage",
-        "params": {"message": user_message("trace me"), "configuration": {"taskPushNotificationConfig": config}},
-    }
-    headers = {"X-API-Key": alice_key, "A2A-Version": "1.0"}
-    assert httpx.post(f"{url}/agents/acme/echo/", json=body, headers=headers, timeout=30).json()["result"]
+    assert send_with_push(url, alice_key, "trace me", {"url": receiver.url(), "id": "traced"})
     receiver.wait_for(lambda requests: len(requests) >= 3)
 
     def recorded() -> list[dict]:
