@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "accounts",
     "registry",
@@ -369,14 +368,53 @@ CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
     "schedule": env.float("REGISTRY_CHECK_EVERY", default=60.0),
 }
 
+# Unproven drafts (a remote agent submitted whose domain nobody proved) are expired this many
+# seconds after their submission, and expired entries dropped as long after that.
+REGISTRY_DRAFT_LIFETIME = env.float("REGISTRY_DRAFT_LIFETIME", default=7 * 24 * 3600.0)
+
 # Submissions, proofs, flags, decisions and token requests per user (else per address) in the
-# REST API: "<n>/<sec|min|hour|day>", empty for none. Counted per process (Django's cache).
+# REST API: "<n>/<sec|min|hour|day>", empty for none. Counted in CACHES (Redis: every process).
 REGISTRY_WRITE_RATE = env.str("REGISTRY_WRITE_RATE", default="60/min")
-# The registry's REST API: tokens for programs (rest_framework.authtoken; `manage.py
-# drf_create_token`, or POST /api/registry/token/), the session for the browsable pages.
+# The registry's REST API tokens (registry.tokens): hashed, expiring this many seconds after
+# they are made (POST /api/registry/token/, `manage.py registry_token`); a user keeps at most
+# REGISTRY_TOKENS_PER_USER unexpired ones (a new one drops the oldest).
+REGISTRY_TOKEN_LIFETIME = env.float("REGISTRY_TOKEN_LIFETIME", default=30 * 24 * 3600.0)
+REGISTRY_TOKENS_PER_USER = env.int("REGISTRY_TOKENS_PER_USER", default=20)
+
+# How many proxies in front of the web processes append to X-Forwarded-For (nginx in
+# docker-compose.yml: 1). 0: the header is ignored and the client is the connection's address,
+# as a header any client may send cannot name it (docs/limits.md, "Logins and the registry API").
+NUM_PROXIES = env.int("NUM_PROXIES", default=0)
+
+# Django's cache: the REST API's throttles and the login counts (accounts.logins) live here, so
+# every process counts together. Redis (CACHE_REDIS_URL, else REDIS_URL); in-process without it.
+CACHE_REDIS_URL = env.str("CACHE_REDIS_URL", default=REDIS_URL)
+CACHE_KEY_PREFIX = env.str("CACHE_KEY_PREFIX", default="agentserver")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": CACHE_REDIS_URL,
+        "KEY_PREFIX": CACHE_KEY_PREFIX,
+    }
+    if CACHE_REDIS_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "KEY_PREFIX": CACHE_KEY_PREFIX}
+}
+
+# Sign-ins (the registry's token endpoint and the admin's login form, accounts.logins): after
+# LOGIN_FAILURES_PER_USERNAME failed attempts for one username, or LOGIN_FAILURES_PER_ADDRESS
+# from one client address, within LOGIN_FAILURE_WINDOW seconds, that username (address) is
+# refused for LOGIN_LOCKOUT_SECONDS, whatever the password. 0 turns a count off.
+LOGIN_FAILURES_PER_USERNAME = env.int("LOGIN_FAILURES_PER_USERNAME", default=10)
+LOGIN_FAILURES_PER_ADDRESS = env.int("LOGIN_FAILURES_PER_ADDRESS", default=50)
+LOGIN_FAILURE_WINDOW = env.int("LOGIN_FAILURE_WINDOW", default=900)
+LOGIN_LOCKOUT_SECONDS = env.int("LOGIN_LOCKOUT_SECONDS", default=900)
+
+# The registry's REST API: its own hashed tokens for programs (above), the session for the
+# browsable pages.
 REST_FRAMEWORK = {
+    "NUM_PROXIES": NUM_PROXIES,
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "registry.api.auth.RegistryTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],

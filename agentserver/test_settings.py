@@ -39,6 +39,8 @@ os.environ.setdefault("REGISTRY_DNS_NAMESERVERS", "127.0.0.1:9")
 # No collectstatic before the tests: the admin's files come from the apps' static/ folders, here
 # and in the live stack's daphne (tests/test_static.py collects them, as `make run` does).
 os.environ.setdefault("STATIC_FROM_APPS", "1")
+# Django's cache (throttles, login counts) is Redis: each test session keeps to its own keys.
+os.environ.setdefault("CACHE_KEY_PREFIX", f"agentserver-test-{os.getpid()}")
 # The registry's API tests post far more than a person would; its throttle's own test sets a rate.
 os.environ.setdefault("REGISTRY_WRITE_RATE", "")
 

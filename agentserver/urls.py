@@ -1,9 +1,13 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from agentserver.admin_login import LockoutAdminAuthenticationForm
 from ops import views as ops_views
 from protocols import routes, views
 from push import views as push_views
+
+# Password guesses at the admin are counted with the registry token endpoint's (accounts.logins).
+admin.site.login_form = LockoutAdminAuthenticationForm
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -25,7 +25,7 @@ from django.utils.safestring import mark_safe
 from accounts.admin_scoping import TenantScopedAdmin, is_superuser
 
 from . import selectors, services
-from .models import CardVersion, Entry, Flag, State
+from .models import ApiToken, CardVersion, Entry, Flag, State
 
 DIFF_CONTEXT_LINES = 3
 
@@ -199,6 +199,8 @@ class EntryAdmin(TenantScopedAdmin):
             "checks": selectors.checks_of(entry, limit=20),
             "uptime": selectors.uptimes(entry),
             "flags": list(entry.flags.select_related("user", "resolved_by").order_by("-created_at")[:50]),
+            # Who flagged an entry is the curators' to know, not the flagged tenant's.
+            "show_flagger": _sees_flaggers(request),
             "page_url": f"/registry/{entry.pk}/",
             **(extra_context or {}),
         }
@@ -248,6 +250,10 @@ class EntryAdmin(TenantScopedAdmin):
         return HttpResponseRedirect(reverse("admin:registry_entry_change", args=[entry.pk]))
 
 
+def _sees_flaggers(request: HttpRequest) -> bool:
+    return is_curator(request) or is_superuser(request)
+
+
 @admin.register(Flag)
 class FlagAdmin(TenantScopedAdmin):
     tenant_field = "entry__tenant"
@@ -260,6 +266,16 @@ class FlagAdmin(TenantScopedAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return Flag.objects.all() if is_curator(request) else super().get_queryset(request)
+
+    # Who flagged an entry is shown to curators only: the flagged tenant's members see the
+    # reason, never the flagger (who might be a competitor, or a user they could retaliate against).
+    def get_list_display(self, request: HttpRequest) -> Any:
+        shown = list(super().get_list_display(request))
+        return shown if _sees_flaggers(request) else [f for f in shown if f != "user"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(super().get_fields(request, obj))
+        return fields if _sees_flaggers(request) else [f for f in fields if f != "user"]
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return is_curator(request) or super().has_module_permission(request)
@@ -298,3 +314,31 @@ class FlagAdmin(TenantScopedAdmin):
             services.flag_resolve(flag=flag, user=request.user, resolution=f"resolved by {request.user}")
             done += 1
         self.message_user(request, f"{done} flag(s) resolved.", level=messages.SUCCESS)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """The registry API's tokens, for superusers to revoke: only a prefix and the dates are
+    kept to show (the token itself was shown once, to its user)."""
+
+    list_display = ["prefix", "user", "created_at", "expires_at"]
+    list_select_related = ["user"]
+    search_fields = ["prefix", "user__username"]
+    ordering = ["-created_at"]
+    readonly_fields = ["user", "prefix", "created_at", "expires_at"]
+    exclude = ["digest"]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_superuser(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # made by POST /api/registry/token/ or `manage.py registry_token`
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_superuser(request)

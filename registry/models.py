@@ -266,3 +266,23 @@ class Facet(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}={self.value}"
+
+
+class ApiToken(models.Model):
+    """A token for the registry's REST API (`Authorization: Token <token>`). Only its SHA-256
+    is kept (the token itself is shown once, when made) with its first characters, to tell
+    tokens apart; it stops working at `expires_at` (REGISTRY_TOKEN_LIFETIME after it was made)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="registry_tokens")
+    prefix = models.CharField(max_length=16, help_text="The token's first characters (not secret).")
+    digest = models.CharField(max_length=HASH_LENGTH, unique=True, help_text="sha256 of the token, hex.")
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "API token"
+        ordering = ["user", "-created_at"]
+        indexes = [models.Index(fields=["user", "-created_at"], name="registry_apitoken_user")]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user_id})"

@@ -324,4 +324,5 @@ class TokenIn(serializers.Serializer):
 
 
 class TokenOut(serializers.Serializer):
-    token = serializers.CharField(help_text="Send it as `Authorization: Token <token>`.")
+    token = serializers.CharField(help_text="Send it as `Authorization: Token <token>`. Shown this once only.")
+    expires_at = serializers.DateTimeField(help_text="When the token stops working.")

@@ -13,19 +13,20 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from django.contrib.auth import authenticate
 from django.db.models import QuerySet
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.authtoken.views import ObtainAuthToken
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts import logins
 from accounts.models import Role, Tenant
 from accounts.selectors import tenant_ids_of
 
-from .. import selectors, services
+from .. import selectors, services, tokens
 from ..models import Entry, State
 from ..search_params import BadSearch, search_from_query
 from . import represent
@@ -272,24 +273,35 @@ class FlagView(RegistryView):
         return Response(s.FlagOut(body).data, status=status.HTTP_201_CREATED)
 
 
-class TokenView(ObtainAuthToken):
-    """DRF's obtain_auth_token, reading JSON strictly and answering errors with `detail`."""
+class TokenView(RegistryView):
+    """A new token for a username and password, shown once. Password guesses are counted in
+    Redis per username and per address (accounts.logins): past the limit, 429 for a while."""
 
-    parser_classes = (StrictJSONParser,)
-    renderer_classes = (JSONRenderer,)
-    throttle_classes = (WriteThrottle,)
-
-    def get_exception_handler(self) -> Any:
-        return exception_handler
+    permission_classes: list[Any] = []
 
     @extend_schema(
         operation_id="registry_token_obtain",
         tags=[TAG],
         summary="A token for your username and password",
-        description="The same token every time (until it is deleted in the admin).",
+        description="A new token each time, shown only in this answer (the server keeps its SHA-256), valid "
+        "until `expires_at` (REGISTRY_TOKEN_LIFETIME). After too many wrong passwords for a username or "
+        "from an address, sign-in is refused (429, Retry-After) for LOGIN_LOCKOUT_SECONDS.",
         request=s.TokenIn,
         responses={200: s.TokenOut, **_errors(400, 413, 429)},
         auth=[],
     )
     def post(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().post(request, *args, **kwargs)
+        v = _valid(s.TokenIn, request.data)
+        address = logins.client_address(request)
+        lock = logins.locked(username=v["username"], address=address)
+        if lock is not None:
+            raise exceptions.Throttled(wait=lock.retry_after, detail=lock.message)
+        user = authenticate(request._request, username=v["username"], password=v["password"])
+        if user is None:
+            lock = logins.failed(username=v["username"], address=address)
+            if lock is not None:
+                raise exceptions.Throttled(wait=lock.retry_after, detail=lock.message)
+            raise exceptions.ValidationError({"non_field_errors": ["Unable to log in with provided credentials."]})
+        logins.succeeded(username=v["username"])
+        token, secret = tokens.token_create(user=user)
+        return Response(s.TokenOut({"token": secret, "expires_at": token.expires_at}).data)
