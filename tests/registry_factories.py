@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
+import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -284,3 +285,17 @@ def add_checks(entry: Entry, oks: list[bool], *, every: timedelta = timedelta(ho
             for i, ok in enumerate(oks)
         ]
     )
+
+
+@pytest.fixture
+def fresh_cache(settings) -> Any:
+    """Django's cache (Redis) under a key prefix of this test's own: throttles, login counts
+    and cached filter choices start from nothing, and no other test (or test run) shares them.
+    Nothing is flushed: the Redis database also holds the broker's queues."""
+    from django.core.cache import cache
+
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"{config.get('KEY_PREFIX', '')}-{uuid.uuid4().hex[:12]}"}
+        for name, config in settings.CACHES.items()
+    }
+    return cache

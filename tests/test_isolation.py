@@ -451,9 +451,9 @@ class RegistryCaller:
 @pytest.fixture
 def registry_world(db, django_user_model):
     from django.contrib.auth.models import Permission
-    from rest_framework.authtoken.models import Token
 
     from accounts.services import member_add, tenant_ensure
+    from registry.tokens import token_create
     from tests.registry_factories import make_entry, new_version
 
     a, b = tenant_ensure(slug="ta", name="Tenant A"), tenant_ensure(slug="tb", name="Tenant B")
@@ -463,7 +463,7 @@ def registry_world(db, django_user_model):
     member_add(tenant=a, user=users["a-viewer"], role="viewer")
     member_add(tenant=b, user=users["b-owner"], role="owner")
     users["curator"].user_permissions.add(Permission.objects.get(codename="curate_entry"))
-    callers = {name: RegistryCaller(name, Token.objects.create(user=user).key) for name, user in users.items()}
+    callers = {name: RegistryCaller(name, token_create(user=user)[1]) for name, user in users.items()}
     callers["anonymous"] = RegistryCaller("anonymous", None)
     hidden = {
         state: make_entry(name=f"Secret {state} agent", state=state, tenant=a, submitted_by=users["submitter"])

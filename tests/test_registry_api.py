@@ -20,13 +20,16 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 
 from registry import cards, proofs, services
 from registry.models import CardVersion, Entry, Facet, Flag, State
+from registry.tokens import token_create
+from tests import registry_factories
 from tests.card_server import CardServer
 from tests.conftest import make_agent
 from tests.registry_factories import add_checks, card_document, make_entries, make_entry, new_version
+
+fresh_cache = registry_factories.fresh_cache  # the fixture
 
 AGENTS = "/api/registry/agents/"
 HOST = "agents.example.test"
@@ -76,9 +79,12 @@ def users(db, django_user_model) -> dict[str, Any]:
 def as_(client, users):
     """as_("owner") -> an Api with that user's token."""
 
+    made: dict[str, str] = {}
+
     def caller(name: str) -> Api:
-        token, _ = Token.objects.get_or_create(user=users[name])
-        return Api(client, token.key)
+        if name not in made:
+            made[name] = token_create(user=users[name])[1]
+        return Api(client, made[name])
 
     return caller
 
@@ -744,7 +750,7 @@ def test_a_token_is_obtained_with_username_and_password_and_then_used(client, us
     response = Api(client).post("/api/registry/token/", {"username": "olivia", "password": "pw-" + "x" * 12})
     assert response.status_code == 200
     token = response.json()["token"]
-    assert token == Token.objects.get(user=users["owner"]).key
+    assert response.json()["expires_at"]
     assert Api(client, token).post(AGENTS, {"url": site.url("/", host=HOST)}).status_code == 201
     wrong = Api(client).post("/api/registry/token/", {"username": "olivia", "password": "guess"})
     assert wrong.status_code == 400 and wrong.json()["detail"] == "Unable to log in with provided credentials."
@@ -832,14 +838,10 @@ def test_seeded_entries_are_valid_cards_indexed_as_the_services_index_them(db):
 
 
 @pytest.mark.django_db
-def test_writes_are_rationed_per_user_with_retry_after_and_reads_are_not(client, settings):
-    from django.core.cache import cache
-
-    cache.clear()
+def test_writes_are_rationed_per_user_with_retry_after_and_reads_are_not(client, settings, fresh_cache):
     settings.REGISTRY_WRITE_RATE = "2/min"
     user = get_user_model().objects.create_user("rationed")
-    token = Token.objects.create(user=user)
-    headers = {"Authorization": f"Token {token.key}"}
+    headers = {"Authorization": f"Token {token_create(user=user)[1]}"}
     answers = [
         client.post("/api/registry/agents/", data=b"{}", content_type="application/json", headers=headers)
         for _ in range(3)
@@ -847,4 +849,3 @@ def test_writes_are_rationed_per_user_with_retry_after_and_reads_are_not(client,
     assert [a.status_code for a in answers] == [400, 400, 429]
     assert int(answers[-1]["Retry-After"]) > 0 and "detail" in answers[-1].json()
     assert client.get("/api/registry/agents/", headers=headers).status_code == 200
-    cache.clear()

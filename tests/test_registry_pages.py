@@ -20,7 +20,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
 import pytest
-from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -32,6 +31,9 @@ from registry import cards, services
 from registry.models import CardVersion, Decision, Entry, Health, HealthCheck, Kind, ProofMethod, State
 from registry.search_params import BadSearch, query_from_search, search_from_query
 from registry.views import PAGE_SIZE, link
+from tests import registry_factories
+
+fresh_cache = registry_factories.fresh_cache  # the fixture
 
 DIRECTORY = "/registry/"
 PROVIDERS = ("Acme Robotics", "Globex", "Initech", "Umbrella Labs", "Hooli", "Stark Industries")
@@ -236,10 +238,8 @@ def seeded(django_db_setup, django_db_blocker) -> Iterator[Seeded]:
 
 
 @pytest.fixture(autouse=True)
-def _fresh_filter_choices():
-    cache.clear()
+def _fresh_filter_choices(fresh_cache):
     yield
-    cache.clear()
 
 
 # --- reading the pages ------------------------------------------------------------------------

@@ -16,7 +16,6 @@ import schemathesis
 from django.core.management import call_command
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -26,6 +25,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from registry.models import State
+from registry.tokens import token_create
 from tests.registry_factories import add_checks, make_entries, new_version
 
 application = get_wsgi_application()
@@ -78,7 +78,7 @@ def world(transactional_db, django_user_model, settings):
     )
     add_checks(entries[0], [True, False, True])
     new_version(entries[2], name="Mine, approved", description="changed")
-    return {"ids": [e.pk for e in entries], "token": Token.objects.create(user=user).key}
+    return {"ids": [e.pk for e in entries], "token": token_create(user=user)[1]}
 
 
 @schema.parametrize()
