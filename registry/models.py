@@ -32,6 +32,9 @@ class State(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     SUSPENDED = "suspended", "Suspended"
     DEPRECATED = "deprecated", "Deprecated"
+    # An unproven draft that lapsed (REGISTRY_DRAFT_LIFETIME) or lost to another submission of
+    # its card whose domain was proven first: it holds nothing, and is dropped later.
+    EXPIRED = "expired", "Expired"
 
 
 # An entry is public while it has an approved version and is in one of these states
@@ -124,9 +127,18 @@ class Entry(models.Model):
                 condition=Q(kind=Kind.HOSTED, agent__isnull=False) | Q(kind=Kind.REMOTE, agent__isnull=True),
                 name="registry_entry_agent_iff_hosted",
             ),
-            # One entry per remote card URL (a second submission of it finds the first).
+            # One proven entry per remote card URL. Unproven drafts of it may be several (one per
+            # submitter): whoever proves the domain first takes the card, the others expire, so
+            # submitting someone else's card first holds nothing (registry.services).
             models.UniqueConstraint(
-                fields=["card_url"], condition=Q(kind=Kind.REMOTE), name="registry_entry_remote_url_unique"
+                fields=["card_url"],
+                condition=Q(kind=Kind.REMOTE, domain_verified_at__isnull=False),
+                name="registry_entry_remote_url_unique",
+            ),
+            models.UniqueConstraint(
+                fields=["card_url", "submitted_by"],
+                condition=Q(kind=Kind.REMOTE, state="draft"),
+                name="registry_entry_one_draft_per_submitter",
             ),
             # Approval needs a proven domain.
             models.CheckConstraint(

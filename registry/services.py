@@ -71,6 +71,9 @@ TRANSITIONS: dict[tuple[str, str], frozenset[str]] = {
     (State.DEPRECATED, State.SUSPENDED): frozenset({"curator"}),
     (State.SUSPENDED, State.APPROVED): frozenset({"curator"}),
     (State.SUSPENDED, State.PENDING): frozenset({"curator"}),
+    # An unproven draft expires by itself: after REGISTRY_DRAFT_LIFETIME, or as soon as another
+    # submission of its card proves the domain (drafts_expire, entry_verify_domain).
+    (State.DRAFT, State.EXPIRED): frozenset({"system"}),
 }
 # A decision that takes something away says why; approving and submitting may go without.
 REASON_REQUIRED = frozenset({State.REJECTED, State.SUSPENDED, State.DEPRECATED})
@@ -261,16 +264,14 @@ def _decide(entry: Entry, *, to: str, actor: Any, reason: str, version: CardVers
 
 def entry_submit(*, url: str, user: Any, tenant: Tenant | None = None) -> Entry:
     """A remote agent submitted by its URL: its card fetched, checked and kept as version 1.
-    The entry starts as a draft holding a domain-proof token; proving the domain submits it
-    for review. Raises RegistryError (with the card's problems when it is invalid)."""
+    The entry starts as a draft holding a domain-proof token of its own; proving the domain
+    submits it for review. Someone else's unproven draft of the same card is no obstacle: each
+    submitter proves for themselves, and the first to prove takes the card (the other drafts
+    expire). Raises RegistryError (with the card's problems when it is invalid)."""
     url = url.strip()
-    existing = Entry.objects.filter(kind=Kind.REMOTE, card_url=url).first()
-    if existing is not None:
-        raise RegistryError(f"this card URL is in the directory already (entry {existing.pk})", code="conflict")
+    _refuse_taken(url, user)
     card = _read_or_fail(url)
-    existing = Entry.objects.filter(kind=Kind.REMOTE, card_url=card.fetched_from).first()
-    if existing is not None:
-        raise RegistryError(f"this card is in the directory already (entry {existing.pk})", code="conflict")
+    _refuse_taken(card.fetched_from, user)
     now = timezone.now()
     try:
         with transaction.atomic():
@@ -283,7 +284,8 @@ def entry_submit(*, url: str, user: Any, tenant: Tenant | None = None) -> Entry:
                 state=State.DRAFT,
                 state_changed_at=now,
                 proof_token=proofs.new_token(),
-                next_check_at=now + timedelta(seconds=settings.REGISTRY_CHECK_INTERVAL),
+                # Not checked until its domain is proven: the submitter may not own that host.
+                next_check_at=None,
             )
             version = _add_version(entry, card, at=now)
             Decision.objects.create(
@@ -301,6 +303,21 @@ def entry_submit(*, url: str, user: Any, tenant: Tenant | None = None) -> Entry:
     return entry
 
 
+def _refuse_taken(url: str, user: Any) -> None:
+    """409 for a card whose domain someone proved already, or that `user` submitted already."""
+    remote = Entry.objects.filter(kind=Kind.REMOTE, card_url=url)
+    proven = remote.filter(domain_verified_at__isnull=False).values_list("pk", flat=True).first()
+    if proven is not None:
+        raise RegistryError(f"this card is in the directory already (entry {proven})", code="conflict")
+    if getattr(user, "pk", None):
+        own = remote.filter(state=State.DRAFT, submitted_by=user).values_list("pk", flat=True).first()
+        if own is not None:
+            raise RegistryError(
+                f"you submitted this card already (entry {own}): publish that entry's proof token and verify",
+                code="conflict",
+            )
+
+
 def _read_or_fail(url: str) -> ReadCard:
     try:
         return read_remote_card(url)
@@ -315,31 +332,71 @@ def _read_or_fail(url: str) -> ReadCard:
 
 def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.ProofResult:
     """Look for the entry's token on its domain (network I/O first); on success the domain is
-    proven and a draft goes to review."""
+    proven and a draft goes to review, and every other submitter's draft of the same card
+    expires: the first to prove takes the card."""
     if entry.kind != Kind.REMOTE:
         raise RegistryError("a hosted agent's domain is this server's: there is nothing to prove")
     if method not in (ProofMethod.HTTP, ProofMethod.DNS):
         raise RegistryError(f"method must be {ProofMethod.HTTP.value!r} or {ProofMethod.DNS.value!r}")
+    if entry.state == State.EXPIRED:
+        raise RegistryError(_EXPIRED, code="conflict")
     result = proofs.check(card_url=entry.card_url, token=entry.proof_token, method=method)  # type: ignore[arg-type]
     if not result.ok:
         return result
     now = timezone.now()
+    lost_to: int | None = None
     with transaction.atomic():
-        locked = Entry.objects.select_for_update().get(pk=entry.pk)
-        locked.domain_verified_at = now
-        locked.domain_verified_by = method
-        locked.save(update_fields=["domain_verified_at", "domain_verified_by", "updated_at"])
-        if locked.state == State.DRAFT:
-            _decide(
-                locked,
-                to=State.PENDING,
-                actor=actor,
-                reason=f"domain {locked.domain} proven ({result.detail}); submitted for review",
-                version=locked.current_version,
-                at=now,
-            )
+        # Every entry of this card, locked in one order: two submitters proving at once queue here.
+        group = list(
+            Entry.objects.select_for_update()
+            .filter(kind=Kind.REMOTE, card_url=entry.card_url)
+            .order_by("pk")
+        )
+        locked = next((e for e in group if e.pk == entry.pk), None)
+        if locked is None or locked.state == State.EXPIRED:
+            raise RegistryError(_EXPIRED, code="conflict")
+        winner = next((e for e in group if e.pk != locked.pk and e.domain_verified_at is not None), None)
+        if winner is not None and locked.domain_verified_at is None:
+            _expire_lost(locked, winner=winner, at=now)
+            lost_to = winner.pk
+        else:
+            locked.domain_verified_at = now
+            locked.domain_verified_by = method
+            locked.next_check_at = locked.next_check_at or now
+            locked.save(update_fields=["domain_verified_at", "domain_verified_by", "next_check_at", "updated_at"])
+            if locked.state == State.DRAFT:
+                _decide(
+                    locked,
+                    to=State.PENDING,
+                    actor=actor,
+                    reason=f"domain {locked.domain} proven ({result.detail}); submitted for review",
+                    version=locked.current_version,
+                    at=now,
+                )
+            for rival in group:
+                if rival.pk != locked.pk and rival.state == State.DRAFT and rival.domain_verified_at is None:
+                    _expire_lost(rival, winner=locked, at=now)
+    if lost_to is not None:
+        raise RegistryError(
+            f"another submission of this card (entry {lost_to}) proved its domain first: this draft expired",
+            code="conflict",
+        )
     entry.refresh_from_db()
     return result
+
+
+_EXPIRED = "this draft expired (its domain was not proven in time, or another submission proved it first)"
+
+
+def _expire_lost(draft: Entry, *, winner: Entry, at: datetime) -> None:
+    _decide(
+        draft,
+        to=State.EXPIRED,
+        actor=None,
+        reason=f"another submission of this card (entry {winner.pk}) proved control of {winner.domain} first",
+        version=draft.current_version,
+        at=at,
+    )
 
 
 # --- decisions ------------------------------------------------------------------------
@@ -517,7 +574,10 @@ def entries_due(*, now: datetime | None = None, limit: int = 200) -> list[int]:
         ids = list(
             Entry.objects.select_for_update(skip_locked=True)
             .filter(next_check_at__lte=now)
-            .exclude(state=State.REJECTED)
+            .exclude(state__in=(State.REJECTED, State.EXPIRED))
+            # Nothing is fetched for a card whose domain nobody proved: a submitter could
+            # otherwise have the server poll any host, for ever.
+            .exclude(kind=Kind.REMOTE, domain_verified_at__isnull=True)
             .order_by("next_check_at")
             .values_list("pk", flat=True)[:limit]
         )

@@ -10,7 +10,7 @@ from django.conf import settings
 
 from tasks_app.leases import one_at_a_time
 
-from . import services
+from . import drafts, services
 
 log = logging.getLogger(__name__)
 
@@ -19,15 +19,24 @@ log = logging.getLogger(__name__)
 @one_at_a_time("registry-check-entries")
 def check_due_entries() -> dict[str, int]:
     """Beat: hand out the entries whose liveness check is due, one job each; make sure every
-    hosted agent has its entry; drop checks older than REGISTRY_CHECKS_KEPT_DAYS."""
+    hosted agent has its entry; drop checks older than REGISTRY_CHECKS_KEPT_DAYS; expire the
+    drafts nobody proved within REGISTRY_DRAFT_LIFETIME."""
     synced = services.hosted_entries_sync()
+    expired, dropped = drafts.drafts_expire()
     due = services.entries_due()
     for entry_id in due:
         check_entry.delay(entry_id)
     pruned = services.checks_prune(older_than=timedelta(days=settings.REGISTRY_CHECKS_KEPT_DAYS))
-    if due or synced:
-        log.info("registry: %d checks due, %d hosted entries made, %d old checks dropped", len(due), synced, pruned)
-    return {"due": len(due), "hosted": synced, "pruned": pruned}
+    if due or synced or expired or dropped:
+        log.info(
+            "registry: %d checks due, %d hosted entries made, %d old checks dropped, %d drafts expired, %d dropped",
+            len(due),
+            synced,
+            pruned,
+            expired,
+            dropped,
+        )
+    return {"due": len(due), "hosted": synced, "pruned": pruned, "expired": expired, "dropped": dropped}
 
 
 @shared_task(ignore_result=True)

@@ -14,7 +14,7 @@ from typing import Any
 from django.urls import reverse
 from rest_framework.request import Request
 
-from .. import proofs, selectors, services
+from .. import drafts, proofs, selectors, services
 from ..models import CardVersion, Entry, HealthCheck, Kind, ProofMethod
 
 # Columns a list never needs: the search vector, and the card versions' heavy members.
@@ -132,6 +132,7 @@ def proof(entry: Entry) -> dict[str, Any] | None:
         "verified": entry.domain_verified_at is not None,
         "methods": methods,
         "instructions": {str(k): str(v) for k, v in steps.items()},
+        "expires_at": drafts.draft_expires_at(entry),
     }
 
 

@@ -268,6 +268,11 @@ class ProofOut(serializers.Serializer):
         help_text="What to publish: domain, http_url + http_content (a text file), dns_name + dns_type + "
         "dns_value (a TXT record), or dns_unavailable saying why there is none.",
     )
+    expires_at = serializers.DateTimeField(
+        allow_null=True,
+        help_text="When an unproven draft expires (REGISTRY_DRAFT_LIFETIME); null once the domain is proven. "
+        "Another submitter of the same card may prove it first: their entry takes the card and this one expires.",
+    )
 
 
 class EntryOut(EntrySummaryOut):

@@ -159,7 +159,11 @@ class AgentsView(RegistryView):
         tags=[TAG],
         summary="Submit a remote agent by its URL",
         description="The card is fetched, validated and kept as version 1; the entry starts as a draft. "
-        "Publish the token as `proof.instructions` say, then POST verify: a proven domain goes to review.",
+        "Publish the token as `proof.instructions` say, then POST verify: a proven domain goes to review. "
+        "Others' unproven drafts of the same card do not stand in the way: each submitter gets a token of their "
+        "own, and the first to prove the domain takes the card (the other drafts expire). An unproven draft "
+        "expires at `proof.expires_at` and is never fetched or probed meanwhile. 409: the card's domain is "
+        "proven by an entry already, or you have a draft of it.",
         request=s.SubmitIn,
         responses={201: s.EntryOut, **_errors(400, 401, 403, 409, 413, 429, 502)},
     )
@@ -215,10 +219,11 @@ class VerifyView(RegistryView):
         tags=[TAG],
         summary="Prove control of the card's domain",
         description="Looks for the entry's token by `method` (see `proof.instructions`). Found: the domain is "
-        "proven and a draft goes to review. Not found is still 200, with `verified: false` and what was "
-        "found in `detail`.",
+        "proven and a draft goes to review (and other submitters' drafts of the card expire). Not found is "
+        "still 200, with `verified: false` and what was found in `detail`. 409: the draft expired, or another "
+        "submission of the card proved its domain first.",
         request=s.VerifyIn,
-        responses={200: s.VerifyOut, **_errors(400, 401, 403, 404, 413, 429)},
+        responses={200: s.VerifyOut, **_errors(400, 401, 403, 404, 409, 413, 429)},
     )
     def post(self, request: Request, pk: int) -> Response:
         entry = visible(request, pk)
