@@ -347,11 +347,7 @@ def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.Proo
     lost_to: int | None = None
     with transaction.atomic():
         # Every entry of this card, locked in one order: two submitters proving at once queue here.
-        group = list(
-            Entry.objects.select_for_update()
-            .filter(kind=Kind.REMOTE, card_url=entry.card_url)
-            .order_by("pk")
-        )
+        group = list(Entry.objects.select_for_update().filter(kind=Kind.REMOTE, card_url=entry.card_url).order_by("pk"))
         locked = next((e for e in group if e.pk == entry.pk), None)
         if locked is None or locked.state == State.EXPIRED:
             raise RegistryError(_EXPIRED, code="conflict")

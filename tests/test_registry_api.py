@@ -516,6 +516,7 @@ def test_owners_see_the_history_the_domain_proof_and_the_moves_they_may_make(as_
         "verified": True,
         "methods": ["http", "dns"],
         "instructions": proofs.instructions(card_url=entry.card_url, token=entry.proof_token),
+        "expires_at": None,  # proven: it does not expire
     }
     curator = as_("curator").get(f"{AGENTS}{entry.pk}/").json()
     assert curator["allowed_transitions"] == ["suspended", "deprecated"]
@@ -642,9 +643,13 @@ def test_submitting_an_invalid_card_is_400_with_its_problems_itemised(as_, site)
 
 def test_submitting_a_card_already_in_the_directory_is_409(as_, site):
     url = site.url("/", host=HOST)
-    assert as_("owner").post(AGENTS, {"url": url}).status_code == 201
+    first = as_("owner").post(AGENTS, {"url": url})
+    assert first.status_code == 201
+    twice = as_("owner").post(AGENTS, {"url": url})
+    assert twice.status_code == 409 and "you submitted this card already" in twice.json()["detail"]
+    Entry.objects.filter(pk=first.json()["id"]).update(domain_verified_at=timezone.now())
     again = as_("stranger").post(AGENTS, {"url": url})
-    assert again.status_code == 409 and "already" in again.json()["detail"]
+    assert again.status_code == 409 and "in the directory already" in again.json()["detail"]
 
 
 def test_a_card_that_cannot_be_read_is_502_saying_why(as_, site, dns):

@@ -261,7 +261,10 @@ def test_a_check_run_twice_at_once_records_one_check(server, alice):
 
 def test_due_entries_are_handed_out_once_until_their_interval_passes(server, alice):
     entry = submitted(server, alice)
-    Entry.objects.filter(pk=entry.pk).update(next_check_at=timezone.now() - timedelta(seconds=1))
+    # A proven entry: an unproven draft is never due (tests/test_registry_squatting.py).
+    Entry.objects.filter(pk=entry.pk).update(
+        next_check_at=timezone.now() - timedelta(seconds=1), domain_verified_at=timezone.now()
+    )
     assert services.entries_due() == [entry.pk]
     assert services.entries_due() == []
 

@@ -59,7 +59,8 @@ def site(dns):
 
 
 def _prove(site: CardServer, entry: dict[str, Any]) -> None:
-    site.serve(proofs.WELL_KNOWN_PATH, entry["proof"]["instructions"]["http_content"].encode(), Content_Type="text/plain")
+    line = entry["proof"]["instructions"]["http_content"]
+    site.serve(proofs.WELL_KNOWN_PATH, line.encode(), Content_Type="text/plain")
 
 
 def test_a_second_submitter_gets_a_token_of_their_own_and_the_first_to_prove_takes_the_card(people, site):
@@ -78,7 +79,8 @@ def test_a_second_submitter_gets_a_token_of_their_own_and_the_first_to_prove_tak
     # ... and neither sees the other's draft.
     assert people["owner"].get(f"{AGENTS}{squatted['id']}/").status_code == 404
     again = people["owner"].post(AGENTS, {"url": url})
-    assert again.status_code == 409 and f"you submitted this card already (entry {mine['id']})" in again.json()["detail"]
+    assert again.status_code == 409
+    assert f"you submitted this card already (entry {mine['id']})" in again.json()["detail"]
 
     # Only the one who controls the host can publish their token there.
     _prove(site, mine)
