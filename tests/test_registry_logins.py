@@ -5,6 +5,7 @@ address that failed too often is locked out of both, while everybody else signs 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -173,3 +174,34 @@ def test_admin_failures_and_token_failures_add_up(client, lockout, people):
     assert token_post(client, "olivia", "guess").status_code == 400
     assert token_post(client, "olivia", "guess").status_code == 429  # the third failure locks
     assert "Too many failed sign-ins" in admin_post(client, "olivia", PASSWORD).content.decode()
+
+
+# --- the production settings ----------------------------------------------------------------------
+
+
+def _production(**env: str) -> dict:
+    script = (
+        "import json, django; from django.conf import settings; django.setup(); "
+        "print(json.dumps({'caches': settings.CACHES, 'proxies': settings.REST_FRAMEWORK.get('NUM_PROXIES')}))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTSERVER_", "CACHE_", "NUM_PROXIES"))}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "agentserver.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def test_production_counts_in_redis_and_trusts_no_forwarded_header_unless_told():
+    served = _production(REDIS_URL="redis://127.0.0.1:6379/3")
+    assert served["proxies"] == 0
+    assert served["caches"]["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert served["caches"]["default"]["LOCATION"] == "redis://127.0.0.1:6379/3"
+    assert _production(NUM_PROXIES="1")["proxies"] == 1
+    embedded = _production(AGENTSERVER_EMBEDDED="1")
+    assert embedded["caches"]["default"]["BACKEND"] == "django.core.cache.backends.locmem.LocMemCache"
