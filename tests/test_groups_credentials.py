@@ -194,9 +194,7 @@ def test_an_anonymous_leader_cannot_make_a_guessable_task_or_reach_another_group
     assert GroupTask.objects.count() == 1
 
 
-def test_mentions_reach_only_tasks_taken_in_the_group_not_every_task_of_the_principal(
-    client, partner, key, commands
-):
+def test_mentions_reach_only_tasks_taken_in_the_group_not_every_task_of_the_principal(client, partner, key, commands):
     _, secret = key
     outside = "taken-over-http-" + uuid.uuid4().hex
     message = {
@@ -277,8 +275,9 @@ def test_a_caller_holds_at_most_its_cap_of_memberships_and_anonymous_callers_non
     refused, anonymous = async_to_sync(scenario)()
 
     assert (refused["error"]["code"], refused["error"]["message"]) == (-32007, "Group communication is not supported")
-    assert "this caller has 1 group memberships on this tenant's agents, the most allowed (1)" in (
-        refused["error"]["data"]["details"]
+    assert (
+        "this caller has 1 group memberships on this tenant's agents, the most allowed (1)"
+        in (refused["error"]["data"]["details"])
     )
     assert anonymous["error"]["code"] == -32007
     assert "without credentials" in anonymous["error"]["data"]["details"]
