@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import aio_pika
@@ -18,6 +19,7 @@ import aiormq
 import orjson
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.utils import timezone
 
 from accounts.models import ApiKey
 from accounts.services import api_key_create, api_key_revoke, oidc_issuer_set
@@ -286,3 +288,94 @@ def test_a_caller_holds_at_most_its_cap_of_memberships_and_anonymous_callers_non
         ("alice", "left"),
         ("bob", "active"),
     ]
+
+
+def _expire(row: ApiKey, agent) -> None:
+    row.expires_at = timezone.now() - timedelta(seconds=1)
+    row.save()
+
+
+def _restrict(row: ApiKey, agent) -> None:
+    row.agents.set([make_agent(agent.tenant, "elsewhere", "echo")])
+
+
+def _switch_off(row: ApiKey, agent) -> None:
+    agent.is_active = False
+    agent.save()
+
+
+def _rename(row: ApiKey, agent) -> None:
+    row.principal = "mallory"
+    row.save()
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (_expire, "the API key that made it expired"),
+        (_restrict, "the API key that made it may no longer call this agent"),
+        (lambda row, agent: row.delete(), "the API key that made it was deleted"),
+        (_rename, "the principal its credential names has changed"),
+        (_switch_off, "the agent was switched off"),
+    ],
+    ids=["expired", "restricted", "deleted", "renamed", "agent-off"],
+)
+def test_a_membership_ends_on_the_runners_look_once_its_key_would_refuse_the_leader(
+    client, partner, key, commands, change, reason
+):
+    row, secret = key
+
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {"X-API-Key": secret})
+            running = await Running().consuming()
+            try:
+                await sync_to_async(change)(row, partner)
+                await until(lambda: membership().state == "left", db=True)
+                await until(lambda: not running.runner.members)
+                await leader.command("start", "task-after", mentions=[ME])
+                return await leader.silence(0.5)
+            finally:
+                await running.end()
+
+    heard = async_to_sync(scenario)()
+
+    assert membership().state_reason == f"ended: {reason}"
+    assert heard == [] and commands == []
+
+
+def test_an_anonymous_membership_ends_when_the_agent_stops_being_public(client, public_partner):
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {})
+            running = await Running().consuming()
+            try:
+                public_partner.is_public = False
+                await sync_to_async(public_partner.save)()
+                await until(lambda: membership().state == "left", db=True)
+            finally:
+                await running.end()
+
+    async_to_sync(scenario)()
+
+    assert membership().state_reason == "ended: the agent is no longer public"
+
+
+def test_a_membership_made_before_credentials_were_recorded_ends_on_the_runners_first_look(
+    client, partner, key, commands
+):
+    _, secret = key
+
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {"X-API-Key": secret})
+            await sync_to_async(GroupMembership.objects.update)(credential="", api_key=None, rate_identity="")
+            running = Running()
+            try:
+                await until(lambda: membership().state == "left", db=True)
+            finally:
+                await running.end()
+
+    async_to_sync(scenario)()
+
+    assert membership().state_reason == ("ended: it was made before memberships were tied to the Leader's credential")
