@@ -2,7 +2,9 @@
 invited it, and the tasks it took there.
 
 A membership is what the group runner (`manage.py aip_groups`) consumes: one consumer per
-active membership. The Leader's access token is sealed (accounts.sealing), never shown.
+active membership, for as long as the credential that made it would still let the Leader call
+the agent (groups.credentials). The Leader's access token is sealed (accounts.sealing), never
+shown.
 """
 
 from __future__ import annotations

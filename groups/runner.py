@@ -5,9 +5,13 @@ Each consumer reads its member's queue and, for each message (acked once handled
 redelivers it; handling twice is harmless: a second start is ignored by the state table):
 
 - its own messages (the fanout echoes them) and other partners' Task updates are skipped;
+- before a Leader's message is acted on, the credential that made the membership is checked
+  as it is now (`credentials.lapse_reason`): if it would refuse the Leader, the membership
+  ends and the member stops; the message counts against the Leader's rate limit;
 - a Leader's `message` with a `command` is applied (`core.command`, never waiting for the
-  agent) when `mentions` names the member or "all"; without mentions a `start` is taken, and
-  any other command only for a task the member took in this group;
+  agent, as the principal the credential made, anonymous rules and all) unless `mentions`
+  names only others: a `start` of a new id is taken, any other command only for a task the
+  member took in this group;
 - each task taken is followed in its event log (the database is the truth, hints only wake
   the follower), and every status change and product goes to the exchange as an AIP Task
   with `senderId` and `groupId`, in the order the log has them (so what a command changes
@@ -71,6 +75,11 @@ class Throttled(Exception):
     def __init__(self, retry_after: int) -> None:
         super().__init__(f"rate limited for {retry_after} s")
         self.retry_after = retry_after
+
+
+class Gone(Exception):
+    """The membership ended meanwhile (replaced by a new invitation, which has the same queue,
+    or seen on the runner's look): the message is not this member's to handle."""
 
 
 class Member:
@@ -141,6 +150,11 @@ class Member:
         after: AfterAck = None
         try:
             after = await self.handle(incoming.body)
+        except Gone:
+            # Not acked: the connection's close gives the message back to the queue, for the
+            # membership that replaced this one; the queue is not this member's to delete.
+            await self._quit()
+            return
         except Throttled as exc:
             log.info("%s: the Leader is over its rate limit; the message waits (%s)", self, exc)
             await asyncio.sleep(min(exc.retry_after, THROTTLE_PAUSE))
@@ -186,9 +200,8 @@ class Member:
         Leader is within its rate limit (Throttled when not); otherwise the membership is
         ended and what is returned stops the member once the message is acked, unapplied."""
         found, lapsed = await dbcalls.run(selectors.membership_check, self.pk)
-        if found is None:  # ended meanwhile (the runner's look, the admin): nothing more is done
-            self.leaving = True
-            return self._leave
+        if found is None:
+            raise Gone
         if lapsed is not None:
             log.info("%s: ended: %s", self, lapsed)
             await dbcalls.run(services.membership_leave, membership_pk=self.pk, reason=f"ended: {lapsed}")
@@ -259,6 +272,10 @@ class Member:
             await dbcalls.run(services.membership_mute, membership_pk=self.pk, muted=self.muted)
             await self.publish(self._status(connected=True))
         return None
+
+    async def _quit(self) -> None:
+        self.left = True
+        await self.stop()
 
     async def end(self) -> None:
         """Stop now and delete the queue: the membership was ended outside the queue."""

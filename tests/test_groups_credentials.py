@@ -379,3 +379,31 @@ def test_a_membership_made_before_credentials_were_recorded_ends_on_the_runners_
     async_to_sync(scenario)()
 
     assert membership().state_reason == ("ended: it was made before memberships were tied to the Leader's credential")
+
+
+def test_a_message_the_replaced_member_reads_is_left_to_the_membership_that_replaced_it(
+    client, partner, key, commands, settings
+):
+    _, secret = key
+
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {"X-API-Key": secret})
+            running = await Running().consuming()
+            try:
+                settings.AIP_GROUPS_POLL = 60  # the old member is still consuming when the message comes
+                await asyncio.sleep(0.3)
+                old = next(iter(running.runner.members.values()))
+                await invite(client, leader, {"X-API-Key": secret})  # the same group: replaces it
+                await leader.command("start", "task-replaced", mentions=[ME])
+                await until(lambda: old.left)
+                await running.runner.sync()  # the new membership's member starts on the same queue
+                return await leader.updates_until("task-replaced", SETTLED)
+            finally:
+                await running.end()
+
+    updates = async_to_sync(scenario)()
+
+    assert updates[-1]["status"]["state"] in SETTLED
+    assert commands == ["start task-replaced"]
+    assert sorted(GroupMembership.objects.values_list("state", flat=True)) == ["active", "left"]
