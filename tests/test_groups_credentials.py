@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
 
-from accounts.models import ApiKey
+from accounts.models import ApiKey, OidcIssuer
 from accounts.services import api_key_create, api_key_revoke, oidc_issuer_set
 from groups import core
 from groups.models import GroupMembership, GroupTask
@@ -128,30 +129,37 @@ def test_a_revoked_key_ends_the_membership_on_the_next_leader_message_and_the_co
     assert not queue_left, "the member deleted its queue: its AMQP consumer is gone"
 
 
-def test_a_bearer_tokens_membership_ends_at_its_exp_even_when_the_group_is_quiet(client, tenant, partner, settings):
-    issuer_server = Issuer()
+@pytest.fixture
+def tenant_issuer(tenant) -> Iterator[OidcIssuer]:
+    """The tenant's OpenID Connect issuer, its keys served on this machine."""
+    server = Issuer()
     oidc.cache_clear()
     try:
-        oidc_issuer_set(tenant=tenant, issuer=ISSUER, audience=AUDIENCE, jwks_url=issuer_server.url)
-        exp = int(time.time()) + 3
-        bearer = token(sub="carol", exp=exp)
-
-        async def scenario():
-            async with Leader() as leader:
-                await invite(client, leader, {"Authorization": f"Bearer {bearer}"})
-                running = await Running().consuming()
-                try:
-                    await leader.manage("get-status", mentions=[ME])
-                    before = await leader.next()
-                    await until(lambda: membership().state == "left", timeout=8, db=True)
-                    return before, time.time()
-                finally:
-                    await running.end()
-
-        before, ended_at = async_to_sync(scenario)()
+        yield oidc_issuer_set(tenant=tenant, issuer=ISSUER, audience=AUDIENCE, jwks_url=server.url)
     finally:
-        issuer_server.stop()
+        server.stop()
         oidc.cache_clear()
+
+
+def test_a_bearer_tokens_membership_ends_at_its_exp_even_when_the_group_is_quiet(
+    client, tenant, partner, tenant_issuer
+):
+    exp = int(time.time()) + 3
+    bearer = token(sub="carol", exp=exp)
+
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {"Authorization": f"Bearer {bearer}"})
+            running = await Running().consuming()
+            try:
+                await leader.manage("get-status", mentions=[ME])
+                before = await leader.next()
+                await until(lambda: membership().state == "left", timeout=8, db=True)
+                return before, time.time()
+            finally:
+                await running.end()
+
+    before, ended_at = async_to_sync(scenario)()
 
     assert before["groupMemberStatus"]["connected"] is True  # it served the group until then
     ended = membership()
@@ -159,6 +167,29 @@ def test_a_bearer_tokens_membership_ends_at_its_exp_even_when_the_group_is_quiet
     assert ended.credential_expires_at.timestamp() == exp
     assert ended.state_reason == "ended: the bearer token that made it expired"
     assert exp <= ended_at < exp + 3
+
+
+def test_a_bearer_tokens_membership_ends_when_the_tenants_issuer_is_removed(client, partner, tenant_issuer, commands):
+    bearer = token(sub="carol")
+
+    async def scenario():
+        async with Leader() as leader:
+            await invite(client, leader, {"Authorization": f"Bearer {bearer}"})
+            running = await Running().consuming()
+            try:
+                await sync_to_async(tenant_issuer.delete)()
+                await until(lambda: membership().state == "left", db=True)
+                await leader.command("start", "task-after", mentions=[ME])
+                return await leader.silence(0.5)
+            finally:
+                await running.end()
+
+    heard = async_to_sync(scenario)()
+
+    assert membership().state_reason == (
+        "ended: the OpenID Connect issuer whose token made it no longer signs for this tenant"
+    )
+    assert heard == [] and commands == []
 
 
 @pytest.fixture
