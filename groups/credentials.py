@@ -42,7 +42,8 @@ def binding_of(agent: Agent, principal: Principal) -> Binding:
             raise GroupNotSupported("Group communication is not supported: this agent needs an API key")
         return Binding(Credential.ANONYMOUS, rate_identity=principal.identity or f"addr:group:{agent.pk}")
     if principal.api_key_id is not None:
-        return Binding(Credential.KEY, api_key_id=principal.api_key_id, rate_identity=principal.identity)
+        identity = principal.identity or f"key:{principal.api_key_id}"  # protocols.auth's form
+        return Binding(Credential.KEY, api_key_id=principal.api_key_id, rate_identity=identity)
     if principal.identity.startswith("oidc:") and principal.expires_at is not None:
         issuer = _issuer_of(agent)
         if issuer is not None:
