@@ -35,6 +35,11 @@ class Principal:
     authenticated: bool = True  # presented a valid API key or bearer token
     can_list: bool = True  # ListTasks shows it its tasks
     api_key_id: int | None = None
+    # When the credential stops being valid (a key's expires_at, a bearer token's exp) and
+    # what a rate limit counts the caller as (protocols.auth): a group membership the caller
+    # makes keeps both, as it outlives the request (groups).
+    expires_at: datetime | None = None
+    identity: str = ""
 
     ANONYMOUS: ClassVar[Principal]
 

@@ -282,6 +282,10 @@ AIP_GROUP_CONNECT_TIMEOUT = env.float("AIP_GROUP_CONNECT_TIMEOUT", default=5.0)
 AIP_GROUPS_POLL = env.float("AIP_GROUPS_POLL", default=1.0)
 # Seconds between a robust connection's attempts to reach a broker it lost.
 AIP_GROUP_RECONNECT_INTERVAL = env.float("AIP_GROUP_RECONNECT_INTERVAL", default=2.0)
+# Live group memberships (each a held AMQP connection) one principal may have on a tenant's
+# agents; and all anonymous callers together on a tenant's public agents (0: none may join).
+GROUP_MAX_MEMBERSHIPS_PER_CALLER = env.int("GROUP_MAX_MEMBERSHIPS_PER_CALLER", default=10)
+GROUP_MAX_ANONYMOUS_MEMBERSHIPS = env.int("GROUP_MAX_ANONYMOUS_MEMBERSHIPS", default=0)
 
 # --- Push notifications (push/) --------------------------------------------------------
 # Outgoing requests never go to loopback, private, link-local, multicast, reserved or CGNAT

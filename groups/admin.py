@@ -23,12 +23,13 @@ class GroupTaskInline(ReadOnlyForEveryone, TenantScopedTabularInline):
 class GroupMembershipAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
     tenant_field = "agent__tenant"
     list_display = ("member_aic", "group_id", "leader_aic", "agent", "owner", "state", "muted", "created_at")
-    list_filter = ("state", "muted")
     list_select_related = ("agent__tenant",)
+    list_filter = ("state", "credential", "muted")
     search_fields = ("=group_id", "=leader_aic", "=member_aic", "=owner")
     ordering = ("-created_at",)
     show_facets = admin.ShowFacets.NEVER
-    # Every field but the sealed token, which is not even shown sealed.
+    # Every field but the sealed token, which is not even shown sealed, and the rate-limit
+    # identity (an anonymous Leader's address).
     fields = (
         "agent",
         "owner",
@@ -50,6 +51,10 @@ class GroupMembershipAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
         "node_name",
         "state",
         "state_reason",
+        "credential",
+        "api_key",
+        "oidc_issuer",
+        "credential_expires_at",
         "muted",
         "created_at",
         "updated_at",

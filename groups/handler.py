@@ -18,7 +18,7 @@ from protocols.exchange import Call
 from tasks_app import dbcalls
 from tasks_app.errors import InvalidParams
 
-from . import amqp, services
+from . import amqp, credentials, services
 from .errors import AccessTokenInvalid, GroupConnectionFailed, GroupNotSupported
 from .identity import member_aic
 from .invitation import parse
@@ -38,6 +38,15 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     if not call.agent.is_active:
         raise GroupNotSupported("Group communication is not supported: the agent is not active")
     invitation = parse(params)
+    binding = await dbcalls.run(credentials.binding_of, call.agent, call.principal)
+    # Refused before the broker's name is even resolved; membership_begin counts again, locked.
+    await dbcalls.run(
+        services.membership_cap_check,
+        agent=call.agent,
+        owner=call.principal.name,
+        group_id=invitation.group_id,
+        binding=binding,
+    )
     try:
         address = await asyncio.to_thread(ssrf.check_host, invitation.host, invitation.port)  # DNS: off the loop
     except ssrf.Refused as exc:
@@ -62,6 +71,7 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         username=username,
         queue=queue,
         connection_name=name,
+        binding=binding,
     )
     target = amqp.Target(
         address=str(address),

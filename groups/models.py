@@ -2,7 +2,9 @@
 invited it, and the tasks it took there.
 
 A membership is what the group runner (`manage.py aip_groups`) consumes: one consumer per
-active membership. The Leader's access token is sealed (accounts.sealing), never shown.
+active membership, for as long as the credential that made it would still let the Leader call
+the agent (groups.credentials). The Leader's access token is sealed (accounts.sealing), never
+shown.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
-from accounts.models import Agent
+from accounts.models import Agent, ApiKey, OidcIssuer
 from tasks_app.models import Task
 from tasks_app.storable import ID_LENGTH
 
@@ -25,6 +27,17 @@ class MembershipState(models.TextChoices):
 
 
 LIVE_STATES = (MembershipState.JOINING, MembershipState.ACTIVE)
+
+
+class Credential(models.TextChoices):
+    """What let the Leader invite the agent: the membership lasts only while it would still let
+    the Leader call the agent (groups.credentials)."""
+
+    KEY = "key"  # an API key (`api_key`)
+    BEARER = "bearer"  # a bearer token of the tenant's OIDC issuer (`oidc_issuer`), until its exp
+    ANONYMOUS = "anonymous"  # nothing, on a public agent
+    # A membership made before memberships were tied to credentials: ended on the next look.
+    UNKNOWN = ""
 
 
 class GroupMembership(models.Model):
@@ -52,6 +65,17 @@ class GroupMembership(models.Model):
     node_name = models.CharField(max_length=255, blank=True, default="")
     state = models.CharField(max_length=8, choices=MembershipState.choices, default=MembershipState.JOINING)
     state_reason = models.TextField(blank=True, default="")
+    credential = models.CharField(max_length=16, choices=Credential.choices, default=Credential.UNKNOWN, blank=True)
+    # SET_NULL, not CASCADE: a deleted key or issuer ends the membership with a reason the
+    # admin shows, rather than making it vanish.
+    api_key = models.ForeignKey(ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    oidc_issuer = models.ForeignKey(OidcIssuer, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    credential_expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="A bearer token's exp: the membership ends then, at the latest."
+    )
+    rate_identity = models.CharField(
+        max_length=300, blank=True, default="", help_text="What the rate limit counts the Leader's commands as."
+    )
     muted = models.BooleanField(default=False, help_text="Muted by the Leader: task updates only when mentioned.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

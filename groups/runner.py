@@ -5,9 +5,13 @@ Each consumer reads its member's queue and, for each message (acked once handled
 redelivers it; handling twice is harmless: a second start is ignored by the state table):
 
 - its own messages (the fanout echoes them) and other partners' Task updates are skipped;
+- before a Leader's message is acted on, the credential that made the membership is checked
+  as it is now (`credentials.lapse_reason`): if it would refuse the Leader, the membership
+  ends and the member stops; the message counts against the Leader's rate limit;
 - a Leader's `message` with a `command` is applied (`core.command`, never waiting for the
-  agent) when `mentions` names the member or "all"; without mentions a `start` is taken, and
-  any other command only for a task the member took in this group;
+  agent, as the principal the credential made, anonymous rules and all) unless `mentions`
+  names only others: a `start` of a new id is taken, any other command only for a task the
+  member took in this group;
 - each task taken is followed in its event log (the database is the truth, hints only wake
   the follower), and every status change and product goes to the exchange as an AIP Task
   with `senderId` and `groupId`, in the order the log has them (so what a command changes
@@ -37,7 +41,7 @@ import aiormq
 from aio_pika.abc import AbstractExchange, AbstractIncomingMessage, AbstractQueue, AbstractRobustConnection
 from django.conf import settings
 
-from accounts.selectors import Principal
+from protocols import throttle
 from protocols.exchange import Call, task_get
 from tasks_app import dbcalls, streams
 from tasks_app import selectors as task_selectors
@@ -46,8 +50,8 @@ from tasks_app.errors import STORE_ERRORS, DomainError
 from tasks_app.lifecycle import TERMINAL, EventKind
 from tasks_app.selectors import LoggedEvent
 
-from . import amqp, core, messages, selectors, services
-from .models import GroupMembership, GroupTask
+from . import amqp, core, credentials, messages, selectors, services
+from .models import GroupMembership
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +60,26 @@ TRANSIENT = (*STORE_ERRORS, aiormq.exceptions.AMQPError, ConnectionError, Timeou
 # How long a follower waits for news before it reads the task's log anyway.
 FOLLOW_HEARTBEAT = 5.0
 MGMT_STATUS = frozenset({"get-status", "status"})
+# What the Leader says (its commands, its group management): each is checked against its
+# credential and counted against its rate limit before anything of it is done.
+FROM_LEADER = frozenset({"message", "group-mgmt-message"})
+# The longest a message over the Leader's rate limit is held before it goes back to the queue.
+THROTTLE_PAUSE = 1.0
 
 AfterAck = Callable[[], Awaitable[None]] | None
+
+
+class Throttled(Exception):
+    """The Leader is over its rate limit: the message waits, then goes back to the queue."""
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"rate limited for {retry_after} s")
+        self.retry_after = retry_after
+
+
+class Gone(Exception):
+    """The membership ended meanwhile (replaced by a new invitation, which has the same queue,
+    or seen on the runner's look): the message is not this member's to handle."""
 
 
 class Member:
@@ -69,7 +91,9 @@ class Member:
         self.leader = membership.leader_aic
         self.group_id = membership.group_id
         self.muted = membership.muted
-        self.call = Call(agent=membership.agent, principal=Principal(name=membership.owner))
+        # As the credential made it: an anonymous Leader keeps the anonymous rules.
+        self.call = Call(agent=membership.agent, principal=credentials.principal_of(membership))
+        self.rate_identity = membership.rate_identity
         self.target = amqp.Target(
             address=membership.address,
             port=membership.port,
@@ -126,6 +150,17 @@ class Member:
         after: AfterAck = None
         try:
             after = await self.handle(incoming.body)
+        except Gone:
+            # Not acked: the connection's close gives the message back to the queue, for the
+            # membership that replaced this one; the queue is not this member's to delete.
+            await self._quit()
+            return
+        except Throttled as exc:
+            log.info("%s: the Leader is over its rate limit; the message waits (%s)", self, exc)
+            await asyncio.sleep(min(exc.retry_after, THROTTLE_PAUSE))
+            with suppress(Exception):
+                await incoming.nack(requeue=True)
+            return
         except TRANSIENT as exc:
             log.warning("%s: could not handle a message now (%s); it goes back to the queue", self, exc)
             await asyncio.sleep(0.5)  # no hot loop while the store or broker is away
@@ -150,6 +185,8 @@ class Member:
         if sender == self.aic:
             return None  # our own, echoed by the fanout
         kind = message.get("type")
+        if kind in FROM_LEADER and (ended := await self._admit()) is not None:
+            return ended
         if kind == "message":
             await self._command(message)
         elif kind == "group-mgmt-message":
@@ -158,10 +195,30 @@ class Member:
             log.info("%s: a message of type %r was ignored", self, kind)
         return None
 
+    async def _admit(self) -> AfterAck:
+        """None when the Leader's credential, as it is now, still lets the member act and the
+        Leader is within its rate limit (Throttled when not); otherwise the membership is
+        ended and what is returned stops the member once the message is acked, unapplied."""
+        found, lapsed = await dbcalls.run(selectors.membership_check, self.pk)
+        if found is None:
+            raise Gone
+        if lapsed is not None:
+            log.info("%s: ended: %s", self, lapsed)
+            await dbcalls.run(services.membership_leave, membership_pk=self.pk, reason=f"ended: {lapsed}")
+            self.leaving = True
+            return self._leave
+        # The same budget as the Leader's HTTP requests (protocols.throttle), counted per message.
+        refused = await throttle.check(tenant=found.agent.tenant, identity=self.rate_identity)
+        if refused is not None:
+            raise Throttled(refused.retry_after)
+        return None
+
     async def _command(self, message: dict[str, Any]) -> None:
         command = message.get("command")
         if not isinstance(command, str) or not command:
             return
+        # senderId only sorts what the group says; it authorizes nothing (anyone who may
+        # publish on the exchange can write it): what a command may reach is the membership's.
         if message.get("senderId") != self.leader:
             log.info("%s: %r from %r ignored: only the Leader commands", self, command, message.get("senderId"))
             return
@@ -169,9 +226,13 @@ class Member:
         if mentioned is False:
             return
         task_id = message.get("taskId")
-        held = await self._held(task_id) if isinstance(task_id, str) and command != "start" else None
-        if mentioned is None and command != "start" and held is None:
-            return  # not for us: another member's task
+        key = await self._key(task_id) if isinstance(task_id, str) else None
+        held = None if key is None else await dbcalls.run(selectors.group_task_find, self.pk, key)
+        if held is None and (command != "start" or key is not None):
+            # Only a task taken in this group, whatever `mentions` says: a start of an id the
+            # caller already used elsewhere would publish that task into this group.
+            log.info("%s: %s of task %r ignored: not a task taken in this group", self, command, task_id)
+            return
         try:
             task = await core.command(self.call, message)
         except TRANSIENT:
@@ -212,6 +273,16 @@ class Member:
             await self.publish(self._status(connected=True))
         return None
 
+    async def _quit(self) -> None:
+        self.left = True
+        await self.stop()
+
+    async def end(self) -> None:
+        """Stop now and delete the queue: the membership was ended outside the queue."""
+        if not self.leaving:
+            self.leaving = True
+            await self._leave()
+
     async def _leave(self) -> None:
         """After the leave-group message is acked: stop consuming, delete the queue, close."""
         queue = self._queue
@@ -246,11 +317,6 @@ class Member:
             task_selectors.task_key_for_caller, agent=self.call.agent, principal=self.call.principal, task_id=task_id
         )
         return None if found is None else str(found[0])
-
-    async def _held(self, task_id: str) -> GroupTask | None:
-        """The caller's task of that id, if this member took it in this group."""
-        key = await self._key(task_id)
-        return None if key is None else await dbcalls.run(selectors.group_task_find, self.pk, key)
 
     def _follow(self, key: str, taken_pk: int, *, after: int) -> None:
         running = self._followers.get(key)
@@ -328,10 +394,14 @@ class Runner:
 
     async def sync(self) -> None:
         try:
-            active = {m.pk: m for m in await dbcalls.run(selectors.memberships_active)}
+            looked = await dbcalls.run(selectors.memberships_active)
         except STORE_ERRORS as exc:
             log.warning("group runner: the store is unavailable (%s)", exc)
             return
+        active = {m.pk: m for m, lapsed in looked if lapsed is None}
+        for membership, lapsed in looked:
+            if lapsed is not None:
+                await self._end(membership.pk, lapsed)
         for pk, member in list(self.members.items()):
             if member.leaving and not member.left:
                 continue  # it deletes its queue before it goes
@@ -340,6 +410,19 @@ class Runner:
         now = time.monotonic()
         starting = [m for pk, m in active.items() if pk not in self.members and self._retry_at.get(pk, 0) <= now]
         await asyncio.gather(*(self._start(m) for m in starting))
+
+    async def _end(self, pk: int, lapsed: str) -> None:
+        """A membership whose Leader's credential lapsed, seen on a look (a bearer token's exp
+        passes in a quiet group too): ended, and its member stops and deletes its queue."""
+        try:
+            await dbcalls.run(services.membership_leave, membership_pk=pk, reason=f"ended: {lapsed}")
+        except STORE_ERRORS as exc:
+            log.warning("group runner: membership %s could not be ended now (%s)", pk, exc)
+            return
+        log.info("group runner: membership %s ended: %s", pk, lapsed)
+        member = self.members.pop(pk, None)
+        if member is not None:
+            await member.end()
 
     async def _start(self, membership: GroupMembership) -> None:
         try:

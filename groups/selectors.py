@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
 from accounts import sealing
 
-from .models import GroupMembership, GroupTask, MembershipState
+from . import credentials
+from .models import LIVE_STATES, Credential, GroupMembership, GroupTask, MembershipState
 
 
-def memberships_active() -> list[GroupMembership]:
-    """What the runner consumes: every active membership, with its agent and tenant."""
-    return list(
-        GroupMembership.objects.filter(state=MembershipState.ACTIVE, agent__is_active=True).select_related(
-            "agent__tenant"
-        )
-    )
+def _with_credentials(memberships: QuerySet[GroupMembership]) -> QuerySet[GroupMembership]:
+    # The agent with its tenant's issuer, the key and the agents the key is limited to: all a
+    # credential check reads (two queries for any number of memberships).
+    return memberships.select_related("agent__tenant__oidc_issuer", "api_key").prefetch_related("api_key__agents")
+
+
+def _key_agent_ids(membership: GroupMembership) -> frozenset[int] | None:
+    if membership.api_key is None:
+        return None
+    ids = frozenset(agent.pk for agent in membership.api_key.agents.all())
+    return ids or None
+
+
+def memberships_active() -> list[tuple[GroupMembership, str | None]]:
+    """What the runner consumes: every active membership, with its agent and tenant, and why
+    its Leader's credential no longer lets it act (None while it does)."""
+    now = timezone.now()
+    found = _with_credentials(GroupMembership.objects.filter(state=MembershipState.ACTIVE))
+    return [(m, credentials.lapse_reason(m, now=now, key_agent_ids=_key_agent_ids(m))) for m in found]
+
+
+def membership_check(pk: int) -> tuple[GroupMembership | None, str | None]:
+    """The membership if it is still active, and why its credential no longer lets it act
+    (None while it does): read afresh for each Leader message."""
+    found = _with_credentials(GroupMembership.objects.filter(pk=pk, state=MembershipState.ACTIVE)).first()
+    if found is None:
+        return None, None
+    return found, credentials.lapse_reason(found, now=timezone.now(), key_agent_ids=_key_agent_ids(found))
+
+
+def memberships_live_count(*, tenant_id: int, owner: str | None, exclude: dict[str, object]) -> int:
+    """The caller's joining or active memberships on the tenant's agents (`owner` None: the
+    anonymous callers', all of them together), but the one `exclude` names (being replaced)."""
+    live = GroupMembership.objects.filter(agent__tenant_id=tenant_id, state__in=LIVE_STATES)
+    anonymous = Q(credential=Credential.ANONYMOUS)
+    live = live.filter(anonymous) if owner is None else live.exclude(anonymous).filter(owner=owner)
+    return live.exclude(**exclude).count()
 
 
 def access_token(membership: GroupMembership) -> str:

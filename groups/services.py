@@ -3,14 +3,18 @@ records a joining membership, connects outside any transaction, then records the
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from accounts import sealing
-from accounts.models import Agent
+from accounts.models import Agent, Tenant
 
+from . import selectors
+from .credentials import Binding
+from .errors import GroupNotSupported
 from .invitation import Invitation
-from .models import LIVE_STATES, GroupMembership, GroupTask, MembershipState
+from .models import LIVE_STATES, Credential, GroupMembership, GroupTask, MembershipState
 
 
 def membership_begin(
@@ -23,11 +27,18 @@ def membership_begin(
     username: str,
     queue: str,
     connection_name: str,
+    binding: Binding,
 ) -> GroupMembership:
-    """Record a joining membership. A live one of the same agent, group and owner is the
-    Leader's earlier invitation: this one replaces it (same queue, new server and token)."""
+    """Record a joining membership, tied to the credential that made it. A live one of the
+    same agent, group and owner is the Leader's earlier invitation: this one replaces it (same
+    queue, new server and token). GroupNotSupported when the caller has as many live
+    memberships on the tenant's agents as it may."""
     now = timezone.now()
     with transaction.atomic():
+        # One invitation of a tenant at a time counts and records: two at once cannot both
+        # take the last place under the cap.
+        Tenant.objects.select_for_update().filter(pk=agent.tenant_id).first()
+        membership_cap_check(agent=agent, owner=owner, group_id=invitation.group_id, binding=binding)
         GroupMembership.objects.filter(
             agent=agent, group_id=invitation.group_id, owner=owner, state__in=LIVE_STATES
         ).update(state=MembershipState.LEFT, state_reason="replaced by a new invitation", left_at=now, updated_at=now)
@@ -50,6 +61,32 @@ def membership_begin(
             routing_key=invitation.routing_key,
             queue=queue,
             connection_name=connection_name,
+            credential=binding.credential,
+            api_key_id=binding.api_key_id,
+            oidc_issuer_id=binding.oidc_issuer_id,
+            credential_expires_at=binding.expires_at,
+            rate_identity=binding.rate_identity,
+        )
+
+
+def membership_cap_check(*, agent: Agent, owner: str, group_id: str, binding: Binding) -> None:
+    """GroupNotSupported when the caller may not have one more live membership."""
+    anonymous = binding.credential == Credential.ANONYMOUS
+    cap = settings.GROUP_MAX_ANONYMOUS_MEMBERSHIPS if anonymous else settings.GROUP_MAX_MEMBERSHIPS_PER_CALLER
+    if anonymous and cap <= 0:
+        raise GroupNotSupported(
+            "Group communication is not supported without credentials on this server: "
+            "send an API key or a bearer token to invite this agent into a group"
+        )
+    replaced = {"agent": agent, "group_id": group_id, "owner": owner}  # this invitation replaces it
+    held = selectors.memberships_live_count(
+        tenant_id=agent.tenant_id, owner=None if anonymous else owner, exclude=replaced
+    )
+    if held >= cap:
+        who = "callers without credentials have" if anonymous else "this caller has"
+        raise GroupNotSupported(
+            f"Group communication is not supported for this invitation: {who} {held} group memberships "
+            f"on this tenant's agents, the most allowed ({cap}); a Leader frees one with leave-group"
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from django.utils import timezone
 
@@ -104,8 +104,10 @@ async def authenticate(*, tenant: str, agent: str, headers: Mapping[str, str], c
             )
         if not grant.allows(found):
             return Refusal(403, "this API key may not call this agent")
-        principal = Principal(name=grant.principal, api_key_id=grant.key_id)
         identity = f"key:{grant.key_id}"
+        principal = Principal(
+            name=grant.principal, api_key_id=grant.key_id, expires_at=grant.expires_at, identity=identity
+        )
     elif token:
         if issuer is None:
             return Refusal(
@@ -114,7 +116,7 @@ async def authenticate(*, tenant: str, agent: str, headers: Mapping[str, str], c
                 _challenge(found, False),
             )
         try:
-            subject = await oidc.verify(token, issuer)
+            subject, expires_at = await oidc.verify_until(token, issuer)
         except oidc.BearerRefused as exc:
             return Refusal(401, f"the bearer token is not valid: {exc}", _challenge(found, True, error=str(exc)))
         except oidc.IssuerUnavailable as exc:
@@ -122,10 +124,13 @@ async def authenticate(*, tenant: str, agent: str, headers: Mapping[str, str], c
             return Refusal(
                 503, f"the bearer token cannot be checked: {exc}", {"Retry-After": _seconds(exc.retry_after)}
             )
-        principal = Principal(name=f"{services.OIDC_PRINCIPAL_NAMESPACE}:{subject}")
         identity = f"oidc:{found.tenant_id}:{subject}"
+        principal = Principal(
+            name=f"{services.OIDC_PRINCIPAL_NAMESPACE}:{subject}", expires_at=expires_at, identity=identity
+        )
     elif found.is_public:
-        principal, identity = Principal.ANONYMOUS, f"addr:{client}"
+        identity = f"addr:{client}"
+        principal = replace(Principal.ANONYMOUS, identity=identity)
     else:
         schemes = f"an API key in the {API_KEY_HEADER} header" + (" or a bearer token" if issuer else "")
         return Refusal(401, f"this agent needs {schemes}", _challenge(found, bool(issuer)))

@@ -28,6 +28,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
@@ -350,6 +351,17 @@ def _subject(claims: dict[str, Any]) -> str:
 async def verify(token: str, issuer: OidcIssuer) -> str:
     """The token's subject, if `issuer` signed it for its audience and it is valid now;
     BearerRefused (why) if not, IssuerUnavailable if the issuer's keys cannot be had."""
+    return (await verify_until(token, issuer))[0]
+
+
+async def verify_until(token: str, issuer: OidcIssuer) -> tuple[str, datetime]:
+    """As `verify`, with the token's `exp`: what the token made (a group membership) must not
+    outlive it."""
     alg, kid = _read_header(token)
     key = _choose(await _keys(issuer.jwks_url, kid), alg=alg, kid=kid)
-    return _subject(_claims(token, key, alg=alg, issuer=issuer))
+    claims = _claims(token, key, alg=alg, issuer=issuer)
+    # PyJWT checked that exp is a number in the future; one past year 9999 is "no end" to us.
+    return _subject(claims), datetime.fromtimestamp(min(float(claims["exp"]), _LAST_EXP), tz=UTC)
+
+
+_LAST_EXP = 253402300799.0  # 9999-12-31T23:59:59Z

@@ -16,6 +16,15 @@ BROKER = {"host": "127.0.0.1", "port": 5672, "login": "guest", "password": "gues
 LEADER_AIC = "agent-leader-aic"
 
 
+def keyed(agent: Any, name: str = "alice") -> Any:
+    """A principal as an API key of `name` makes it (a membership is tied to the key)."""
+    from accounts.selectors import Principal
+    from accounts.services import api_key_create
+
+    key, _ = api_key_create(tenant=agent.tenant, name=name, principal=name)
+    return Principal(name=name, api_key_id=key.pk, expires_at=key.expires_at, identity=f"key:{key.pk}")
+
+
 def invitation(exchange_name: str, *, group_id: str = "group123", partners: list[str] = (), **server: Any) -> dict:
     """The seed's example invitation (7.3 (1)), aimed at the machine's broker."""
     return {

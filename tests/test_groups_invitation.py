@@ -28,7 +28,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts import sealing
-from accounts.selectors import Principal
 from groups import amqp
 from groups.errors import AccessTokenInvalid, GroupConnectionFailed, GroupNotSupported
 from groups.handler import group
@@ -38,7 +37,7 @@ from groups.models import GroupMembership, MembershipState
 from protocols.exchange import Call
 from tasks_app.errors import DomainError, InvalidParams
 from tests.conftest import make_agent
-from tests.groups_support import BROKER, Leader, invitation
+from tests.groups_support import BROKER, Leader, invitation, keyed
 
 
 @pytest.fixture
@@ -47,7 +46,7 @@ def agent(tenant):
 
 
 def invite(agent, params: Any, *, principal: str = "alice") -> dict[str, Any]:
-    return async_to_sync(group)(Call(agent=agent, principal=Principal(name=principal)), params)
+    return async_to_sync(group)(Call(agent=agent, principal=keyed(agent, principal)), params)
 
 
 def closed_port() -> int:

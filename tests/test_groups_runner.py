@@ -23,7 +23,6 @@ import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.db import OperationalError
 
-from accounts.selectors import Principal
 from groups import core
 from groups.handler import group
 from groups.models import GroupMembership, GroupTask
@@ -31,7 +30,7 @@ from groups.runner import Runner
 from protocols.exchange import Call
 from tasks_app.models import Task
 from tests.conftest import ROOT, make_agent
-from tests.groups_support import BROKER, Leader, broker_connections, close_broker_connections
+from tests.groups_support import BROKER, Leader, broker_connections, close_broker_connections, keyed
 
 ME = "acme/partner"
 OTHER = "agent-partner-2"
@@ -74,7 +73,7 @@ def conformance_partner(tenant):
 
 
 async def joined(leader: Leader, agent) -> dict[str, Any]:
-    call = Call(agent=agent, principal=Principal(name="alice"))
+    call = Call(agent=agent, principal=await sync_to_async(keyed)(agent))
     return leader.joined(await group(call, leader.invitation(partners=[ME, OTHER])))
 
 
