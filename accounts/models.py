@@ -48,7 +48,9 @@ class Tenant(models.Model):
         help_text="AIP push configs set ahead of their task, per caller (empty: site default).",
     )
     max_streams_per_caller = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Open SSE streams per API key, bearer subject or anonymous (empty: site default)."
+        null=True,
+        blank=True,
+        help_text="Open SSE streams per API key, bearer subject or anonymous (empty: site default).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.

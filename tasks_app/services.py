@@ -38,7 +38,17 @@ from .errors import (
     UnsupportedOperation,
 )
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
-from .models import ACTIVE_STATES, ANONYMOUS_OWNER, Artifact, Message, StatusChange, StorageCount, Task, TaskEvent, TenantStorage
+from .models import (
+    ACTIVE_STATES,
+    ANONYMOUS_OWNER,
+    Artifact,
+    Message,
+    StatusChange,
+    StorageCount,
+    Task,
+    TaskEvent,
+    TenantStorage,
+)
 from .parts import Part, PartError, validate_all
 from .selectors import caller_task_q, message_view, run_inputs
 
@@ -407,9 +417,9 @@ def _task_insert_in_one_statement(
     if message_pk is None:  # the statement found the tenant at a cap and wrote nothing
         if caps.max_stored and bytes_stored is not None and bytes_stored >= caps.max_stored:
             raise _storage_used_up(caps)
-        if caps.max_anonymous and anonymous >= caps.max_anonymous and not (caps.max_active and active >= caps.max_active):
-            raise _too_many_anonymous(caps)
-        raise _too_many_active(caps)
+        if caps.max_active and active >= caps.max_active:
+            raise _too_many_active(caps)
+        raise _too_many_anonymous(caps)
     for instance in (task, stored):
         instance._state.adding = False
         instance._state.db = DEFAULT_DB_ALIAS

@@ -28,6 +28,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='tenant',
             name='max_streams_per_caller',
-            field=models.PositiveIntegerField(blank=True, help_text='Open SSE streams per API key, bearer subject or anonymous (empty: site default).', null=True),
+            field=models.PositiveIntegerField(blank=True, help_text='Open SSE streams per API key, bearer subject or anonymous address (empty: site default).', null=True),
         ),
     ]
