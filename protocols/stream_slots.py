@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, TypeVar
 
@@ -122,25 +122,25 @@ class _Redis:
         self._renew = self._client.register_script(_RENEW)
         self._down_until = 0.0
 
-    async def _run(self, call: Any) -> Any:
+    async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
         if time.monotonic() < self._down_until:
             return None
         try:
-            return await asyncio.wait_for(call, _TIMEOUT * 2)
+            return await asyncio.wait_for(call(), _TIMEOUT * 2)
         except (RedisError, OSError, TimeoutError) as exc:
             self._down_until = time.monotonic() + _BACKOFF
             _warn_open(self.url, exc)
             return None
 
     async def take(self, key: str, cap: int, slot: str) -> bool:
-        taken = await self._run(self._take(keys=[KEY_PREFIX + key], args=[cap, slot, int(ttl() * 1000)]))
+        taken = await self._run(lambda: self._take(keys=[KEY_PREFIX + key], args=[cap, slot, int(ttl() * 1000)]))
         return taken is None or int(taken) == 1
 
     async def renew(self, key: str, slot: str) -> None:
-        await self._run(self._renew(keys=[KEY_PREFIX + key], args=[slot, int(ttl() * 1000)]))
+        await self._run(lambda: self._renew(keys=[KEY_PREFIX + key], args=[slot, int(ttl() * 1000)]))
 
     async def give_back(self, key: str, slot: str) -> None:
-        await self._run(self._client.zrem(KEY_PREFIX + key, slot))
+        await self._run(lambda: self._client.zrem(KEY_PREFIX + key, slot))
 
 
 _last_warning = 0.0
