@@ -238,3 +238,19 @@ def test_without_redis_the_slots_are_counted_in_the_process(held_task, settings,
         return refused
 
     assert run(scenario()) == 429
+
+
+def test_two_web_processes_count_one_caller_s_slots_together(settings):
+    """Two stores on one Redis, as two daphne processes have: the second sees the first's slot."""
+    stores = [stream_slots._Redis(settings.RATE_LIMIT_REDIS_URL) for _ in range(2)]
+
+    async def scenario():
+        taken = [await stores[0].take("t:key:1", 2, "a"), await stores[1].take("t:key:1", 2, "b")]
+        taken.append(await stores[1].take("t:key:1", 2, "c"))
+        await stores[0].give_back("t:key:1", "a")
+        taken.append(await stores[1].take("t:key:1", 2, "c"))
+        for store in stores:
+            await store._client.aclose()
+        return taken
+
+    assert run(scenario()) == [True, True, False, True]
