@@ -34,6 +34,24 @@ class Tenant(models.Model):
     max_stored_bytes = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="Bytes of messages and artifacts the tenant may store (empty: site default)."
     )
+    max_active_anonymous_tasks = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Of the active tasks, how many callers without a key may have at once (empty: site default).",
+    )
+    max_push_configs_per_task = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Push notification configs per task (empty: site default)."
+    )
+    max_pending_push_configs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="AIP push configs set ahead of their task, per caller (empty: site default).",
+    )
+    max_streams_per_caller = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Open SSE streams per API key, bearer subject or anonymous (empty: site default).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
     updated_at = models.DateTimeField(auto_now=True)

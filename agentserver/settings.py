@@ -262,7 +262,15 @@ TENANT_ACTIVE_TASKS_RETRY_AFTER = env.int("TENANT_ACTIVE_TASKS_RETRY_AFTER", def
 # Bytes of messages and task events (agent messages, artifacts, statuses) a tenant may store;
 # 0 = unlimited. The count is kept by a beat job (below), so a tenant may pass its quota by
 # what it writes between two counts; its sends are refused from then on.
-TENANT_MAX_STORED_BYTES = env.int("TENANT_MAX_STORED_BYTES", default=0)
+TENANT_MAX_STORED_BYTES = env.int("TENANT_MAX_STORED_BYTES", default=1024**3)
+# Of TENANT_MAX_ACTIVE_TASKS, how many callers without a key (one principal, "anonymous") may
+# hold at once, so that traffic to a public agent cannot starve the tenant's keyed callers.
+TENANT_MAX_ACTIVE_ANONYMOUS_TASKS = env.int("TENANT_MAX_ACTIVE_ANONYMOUS_TASKS", default=200)
+# Open SSE streams per caller (API key, bearer subject, or all anonymous callers together) per
+# tenant, over every web process (counted in Redis; a slot of a killed process expires after
+# STREAM_SLOT_TTL seconds without its stream's heartbeat renewing it). 0 = unlimited.
+STREAM_MAX_PER_CALLER = env.int("STREAM_MAX_PER_CALLER", default=100)
+STREAM_RETRY_AFTER = env.int("STREAM_RETRY_AFTER", default=30)
 # Rows younger than this (seconds) are left to the next count: a transaction still open may
 # yet commit a row with a smaller id. The full recount, every STORAGE_RECOUNT_EVERY seconds,
 # sets any drift right (and counts what deleted tasks freed).
@@ -327,6 +335,13 @@ PUSH_JWKS_MAX_AGE = env.int("PUSH_JWKS_MAX_AGE", default=300)
 # Fernet key(s) for credentials, tokens and signing keys at rest, comma-separated (the first
 # encrypts, all decrypt). Empty: a key derived from DJANGO_SECRET_KEY.
 PUSH_CREDENTIALS_KEY = env.list("PUSH_CREDENTIALS_KEY", default=[])
+# Push configs per task (every dialect's set, an inline config, AIP's start); 0 = unlimited.
+# Each event is sent to every config, so this bounds what one event can fan out into.
+PUSH_MAX_CONFIGS_PER_TASK = env.int("PUSH_MAX_CONFIGS_PER_TASK", default=10)
+# AIP configs set ahead of a task not started yet, per caller per tenant; 0 = unlimited. They
+# expire after PUSH_PENDING_CONFIG_TTL seconds (ignored from then on; the sweep deletes them).
+PUSH_MAX_PENDING_CONFIGS = env.int("PUSH_MAX_PENDING_CONFIGS", default=100)
+PUSH_PENDING_CONFIG_TTL = env.int("PUSH_PENDING_CONFIG_TTL", default=3600)
 CELERY_BEAT_SCHEDULE["sweep-push-deliveries"] = {
     "task": "push.tasks.sweep_deliveries",
     "schedule": env.float("PUSH_SWEEP_EVERY", default=30.0),

@@ -164,7 +164,7 @@ async def _handle(binding: Binding, request: AgentRequest, seen: _Seen) -> Reply
         return incoming
     if streams.closing():
         return _refusal(binding, request, seen, incoming.id, SHUTTING_DOWN)
-    return await _call(binding, request, incoming, found, principal, seen)
+    return await _call(binding, request, incoming, found, principal, seen, identity=caller.identity)
 
 
 def _refusal(binding: Binding, request: AgentRequest, seen: _Seen, request_id: Any, fault: Fault) -> Reply:
@@ -187,7 +187,14 @@ async def _by_task(
 
 
 async def _call(
-    binding: Binding, request: AgentRequest, incoming: Incoming, agent: Agent, principal: Principal, seen: _Seen
+    binding: Binding,
+    request: AgentRequest,
+    incoming: Incoming,
+    agent: Agent,
+    principal: Principal,
+    seen: _Seen,
+    *,
+    identity: str = "",
 ) -> Reply | Streamed:
     activation = extensions.activate(request.headers, agent)
     extra = activation.echo()
@@ -217,6 +224,7 @@ async def _call(
             base_url=request.base_url,
             last_event_id=request.headers.get("last-event-id"),
             extensions=activation.uris,
+            caller=identity,
         )
         value = await dialect.methods[incoming.method](context, incoming.params)
         if isinstance(value, EventStream):

@@ -34,6 +34,8 @@ from tasks_app.errors import (
 from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure, TaskState
 from tasks_app.waiting import wait_until_settled
 
+from . import stream_slots
+
 
 @dataclass(frozen=True)
 class Call:
@@ -42,6 +44,9 @@ class Call:
     base_url: str = ""
     last_event_id: str | None = None  # the SSE Last-Event-ID header, for a resubscription
     extensions: tuple[str, ...] = ()  # the URIs the request activated (protocols.extensions)
+    # Who is calling, as the rate limit counts it (auth.Caller.identity: a key, a bearer
+    # subject, an anonymous address): its streams are capped (stream_slots). Empty: no cap.
+    caller: str = ""
 
 
 @dataclass(frozen=True)
@@ -334,7 +339,13 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
     message, history_length = sent.message, sent.history_length
     task_id = _watch_id(message)
     resources = AsyncExitStack()
-    feed = await resources.enter_async_context(streams.follow(task_id))
+    # The slot first: a caller at its cap is refused before anything of the message is stored.
+    slot = await resources.enter_async_context(stream_slots.hold(tenant=call.agent.tenant, caller=call.caller))
+    try:
+        feed = await resources.enter_async_context(streams.follow(task_id))
+    except BaseException:
+        await resources.aclose()
+        raise
 
     def receive() -> tuple[int, TaskView]:
         task, stored = _receive(call, sent, task_id)
@@ -407,7 +418,7 @@ async def send_streaming(call: Call, sent: Send) -> EventStream:
         async for item in _events(feed, snapshot.id, snapshot.context_id, after=seq, until=sent.until):
             yield item
 
-    return EventStream(items(), resources)
+    return EventStream(stream_slots.renewing(items(), slot), resources)
 
 
 def last_event_id(raw: Any) -> int | None:
@@ -442,9 +453,10 @@ async def subscribe(
             raise TaskNotFound(f"task {task_id!r} not found")
         canonical = found_key[0]
     resources = AsyncExitStack()
-    # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
-    feed = await resources.enter_async_context(streams.follow(canonical))
+    slot = await resources.enter_async_context(stream_slots.hold(tenant=call.agent.tenant, caller=call.caller))
     try:
+        # Follow first, then read: whatever is written after the snapshot's seq reaches the feed.
+        feed = await resources.enter_async_context(streams.follow(canonical))
         found = await dbcalls.run(selectors.task_snapshot, agent=call.agent, principal=call.principal, task_id=task_id)
         if found is None:
             raise TaskNotFound(f"task {task_id!r} not found")
@@ -473,4 +485,4 @@ async def subscribe(
         async for item in _events(feed, view.id, view.context_id, after=after, until=until):
             yield item
 
-    return EventStream(items(), resources)
+    return EventStream(stream_slots.renewing(items(), slot), resources)

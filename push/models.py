@@ -90,7 +90,8 @@ class PushConfig(models.Model):
 class PendingPushConfig(models.Model):
     """A config a client registered for a task it has not started yet, under the id it will
     give the task (AIP: notification/set, then notification/start naming the config). Starting
-    the task moves it onto the task as a PushConfig (push.services.config_attach)."""
+    the task moves it onto the task as a PushConfig (push.services.config_attach). One not set
+    again for PUSH_PENDING_CONFIG_TTL seconds has expired: it is ignored, then swept."""
 
     agent = models.ForeignKey("accounts.Agent", on_delete=models.CASCADE, related_name="+")
     owner = models.CharField(max_length=150)
@@ -109,6 +110,10 @@ class PendingPushConfig(models.Model):
             models.UniqueConstraint(
                 fields=["agent", "owner", "client_task_id", "config_id"], name="push_pending_unique_id_per_task"
             ),
+        ]
+        indexes = [
+            # The sweep of expired ones (push.services.pending_configs_sweep).
+            models.Index(fields=["updated_at"], name="push_pending_updated"),
         ]
 
     def __str__(self) -> str:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import base64
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
@@ -97,6 +98,9 @@ def pending_configs_for_caller(
 ) -> list[PushConfigView]:
     """The configs the caller registered for a task it has not started yet (AIP), oldest first."""
     found = PendingPushConfig.objects.filter(agent=agent, owner=principal.name, client_task_id=client_task_id)
+    ttl = settings.PUSH_PENDING_CONFIG_TTL
+    if ttl:  # an expired one is as good as swept (push.services.pending_live)
+        found = found.filter(updated_at__gt=timezone.now() - timedelta(seconds=ttl))
     if config_id is not None:
         found = found.filter(config_id=config_id)
     return [

@@ -23,7 +23,7 @@ from accounts.models import Agent
 from accounts.sealing import seal
 from accounts.selectors import Principal
 from outbound import client, ssrf
-from tasks_app.errors import InvalidParams
+from tasks_app.errors import InvalidParams, TooManyPushConfigs
 from tasks_app.models import Task
 from tasks_app.selectors import event_after
 from tasks_app.services import task_lock_for_caller, task_push_configs_mark
@@ -73,6 +73,21 @@ def _sealed_fields(config: PushConfigInput) -> dict[str, str]:
     }
 
 
+def _limit(tenant_value: int | None, site_default: int) -> int:
+    return site_default if tenant_value is None else tenant_value
+
+
+def _per_task_check(*, agent: Agent, task: Task) -> None:
+    """TooManyPushConfigs when the (locked) task has as many configs as it may: every event is
+    POSTed to each of them, so this bounds what one event fans out into."""
+    cap = _limit(agent.tenant.max_push_configs_per_task, settings.PUSH_MAX_CONFIGS_PER_TASK)
+    if cap and PushConfig.objects.filter(task=task, deleted_at__isnull=True)[:cap].count() >= cap:
+        raise TooManyPushConfigs(
+            f"task {task.client_task_id or task.pk} already has {cap} push notification configs, the most a task may "
+            "have; delete one first, or set again under an existing config id to replace it"
+        )
+
+
 def config_create(
     *, agent: Agent, principal: Principal, task_id: str, config: PushConfigInput, after_seq: int | None = None
 ) -> PushConfig:
@@ -98,6 +113,7 @@ def config_create(
             existing.save(update_fields=[*fields, "updated_at"])
             stored = existing
         else:
+            _per_task_check(agent=agent, task=task)
             stored = PushConfig.objects.create(
                 task=task,
                 config_id=config.config_id or str(uuid.uuid4()),
@@ -137,16 +153,59 @@ def config_register_ahead(
 ) -> PendingPushConfig:
     """Register (or, for an id it has, replace) a config for a task the caller has not started
     yet, under the id it will give the task. The caller has run `config_check` first and found
-    no task of that id."""
+    no task of that id. A caller holds at most PUSH_MAX_PENDING_CONFIGS of them in the tenant
+    (one task's count toward the per-task cap as well), each for PUSH_PENDING_CONFIG_TTL
+    seconds from its last set (`pending_live`)."""
+    config_id = config.config_id or str(uuid.uuid4())
     with transaction.atomic():
+        mine = pending_live(PendingPushConfig.objects.filter(agent__tenant_id=agent.tenant_id, owner=principal.name))
+        replaces = mine.filter(agent=agent, client_task_id=client_task_id, config_id=config_id).exists()
+        if not replaces:
+            _pending_check(agent=agent, mine=mine, client_task_id=client_task_id)
+        # An expired row of the same id is taken over, as if it had been swept.
         stored, _ = PendingPushConfig.objects.update_or_create(
             agent=agent,
             owner=principal.name,
             client_task_id=client_task_id,
-            config_id=config.config_id or str(uuid.uuid4()),
+            config_id=config_id,
             defaults=_sealed_fields(config),
         )
     return stored
+
+
+def _pending_check(*, agent: Agent, mine: Any, client_task_id: str) -> None:
+    per_caller = _limit(agent.tenant.max_pending_push_configs, settings.PUSH_MAX_PENDING_CONFIGS)
+    if per_caller and mine[:per_caller].count() >= per_caller:
+        raise TooManyPushConfigs(
+            f"this caller already has {per_caller} notification configs set for tasks it has not started, the most "
+            "it may have; start those tasks or delete configs first (unused ones expire after "
+            f"{settings.PUSH_PENDING_CONFIG_TTL} s)"
+        )
+    per_task = _limit(agent.tenant.max_push_configs_per_task, settings.PUSH_MAX_CONFIGS_PER_TASK)
+    if per_task and mine.filter(agent=agent, client_task_id=client_task_id)[:per_task].count() >= per_task:
+        raise TooManyPushConfigs(
+            f"task {client_task_id} already has {per_task} notification configs set ahead of it, the most a task may "
+            "have; delete one first, or set again under an existing config id to replace it"
+        )
+
+
+def pending_live(configs: Any, *, now: datetime | None = None) -> Any:
+    """The configs (a PendingPushConfig queryset) not yet expired: one unused for
+    PUSH_PENDING_CONFIG_TTL seconds since it was last set is ignored, and swept."""
+    ttl = settings.PUSH_PENDING_CONFIG_TTL
+    if not ttl:
+        return configs
+    return configs.filter(updated_at__gt=(now or timezone.now()) - timedelta(seconds=ttl))
+
+
+def pending_configs_sweep(*, now: datetime | None = None, batch: int = 1000) -> int:
+    """Delete expired configs set ahead of tasks (the push sweep runs this). How many went."""
+    ttl = settings.PUSH_PENDING_CONFIG_TTL
+    if not ttl:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(seconds=ttl)
+    doomed = list(PendingPushConfig.objects.filter(updated_at__lte=cutoff).values_list("pk", flat=True)[:batch])
+    return PendingPushConfig.objects.filter(pk__in=doomed).delete()[0] if doomed else 0
 
 
 def pending_configs_delete(*, agent: Agent, principal: Principal, client_task_id: str, config_id: str | None) -> int:
@@ -164,11 +223,11 @@ def config_attach(
     onto it, delivering the events after `after_seq` (in `states` only, if any are named).
     InvalidParams if the caller registered no config of that id for the task's id."""
     client_task_id = task.client_task_id or str(task.pk)
-    pending = (
-        PendingPushConfig.objects.select_for_update()
-        .filter(agent=agent, owner=principal.name, client_task_id=client_task_id, config_id=config_id)
-        .first()
-    )
+    pending = pending_live(
+        PendingPushConfig.objects.select_for_update().filter(
+            agent=agent, owner=principal.name, client_task_id=client_task_id, config_id=config_id
+        )
+    ).first()
     if pending is None:
         raise InvalidParams(
             f"notificationConfigId {config_id!r} names no notification config set for task {client_task_id!r} "

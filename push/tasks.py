@@ -10,7 +10,7 @@ from celery import shared_task
 from tasks_app.leases import one_at_a_time
 from tasks_app.metrics import SWEEPS
 
-from . import delivery, dispatch, selectors
+from . import delivery, dispatch, selectors, services
 
 log = logging.getLogger(__name__)
 
@@ -29,4 +29,7 @@ def sweep_deliveries() -> int:
     SWEEPS.labels("push-config-resumed").inc(len(stalled))
     if stalled:
         log.info("push sweeper: re-enqueued %d configs", len(stalled))
+    expired = services.pending_configs_sweep()
+    if expired:
+        log.info("push sweeper: deleted %d expired configs set ahead of their tasks", expired)
     return len(stalled)

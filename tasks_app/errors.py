@@ -105,6 +105,25 @@ class StorageQuotaExceeded(DomainError):
     )
 
 
+class TooManyStreams(TooManyActiveTasks):
+    """The caller has as many SSE streams open as it may: try again once one ends (HTTP 429
+    with Retry-After, the code of the cap on active tasks)."""
+
+    reason, default_message = "TOO_MANY_STREAMS", "too many open streams"
+
+
+class TooManyPushConfigs(DomainError):
+    """The task (or, ahead of tasks, the caller) has as many push configs as it may: waiting
+    does not help; delete one first. The code of the storage quota: a limit on what is kept."""
+
+    code, reason, domain, default_message = (
+        -32030,
+        "TOO_MANY_PUSH_CONFIGS",
+        AGENTSERVER_ERROR_DOMAIN,
+        "too many push notification configs",
+    )
+
+
 class GroupNotSupported(DomainError):
     """The agent does not take part in AIP group mode (AIP's -32007; A2A has no group mode)."""
 

@@ -18,6 +18,9 @@ _STATE_IS_VALID = Q(state__in=TaskState.values)
 # until the agent settles it (finishes it, or asks for more input). `run_token` is kept after
 # that (late writes of the old run are refused by it), so the state is what tells.
 ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
+# The owner of tasks created without a key (accounts.selectors.Principal.ANONYMOUS): a literal
+# here, as a partial index's condition and the statement that must match it name it.
+ANONYMOUS_OWNER = "anonymous"
 
 
 class Task(models.Model):
@@ -116,6 +119,13 @@ class Task(models.Model):
             # running (services, sql.NEW_TASK), at most cap entries of this index. A task has
             # an entry only while it is active, so the index stays small.
             models.Index(fields=["tenant"], condition=Q(state__in=ACTIVE_STATES), name="tasks_task_active"),
+            # Its anonymous share (TENANT_MAX_ACTIVE_ANONYMOUS_TASKS): counting the anonymous
+            # entries of the index above would read every active task of the tenant to find them.
+            models.Index(
+                fields=["tenant"],
+                condition=Q(state__in=ACTIVE_STATES, owner=ANONYMOUS_OWNER),
+                name="tasks_task_active_anonymous",
+            ),
             # The sweeper: claimed runs still active (to find ones whose worker died).
             models.Index(
                 fields=["run_claimed_at"],

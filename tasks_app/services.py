@@ -38,7 +38,17 @@ from .errors import (
     UnsupportedOperation,
 )
 from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
-from .models import ACTIVE_STATES, Artifact, Message, StatusChange, StorageCount, Task, TaskEvent, TenantStorage
+from .models import (
+    ACTIVE_STATES,
+    ANONYMOUS_OWNER,
+    Artifact,
+    Message,
+    StatusChange,
+    StorageCount,
+    Task,
+    TaskEvent,
+    TenantStorage,
+)
 from .parts import Part, PartError, validate_all
 from .selectors import caller_task_q, message_view, run_inputs
 
@@ -135,15 +145,21 @@ class _Caps:
 
     max_active: int
     max_stored: int
+    # The share of `max_active` the caller's tasks may hold: anonymous callers only (0: none).
+    max_anonymous: int = 0
 
 
-def _caps(agent: Agent) -> _Caps:
+def _caps(agent: Agent, principal: Principal) -> _Caps:
     # The tenant came with the agent (accounts.selectors.agent_get): no query.
     tenant = agent.tenant
-    active, stored = tenant.max_active_tasks, tenant.max_stored_bytes
+    active, stored, anonymous = tenant.max_active_tasks, tenant.max_stored_bytes, tenant.max_active_anonymous_tasks
+    if anonymous is None:
+        anonymous = settings.TENANT_MAX_ACTIVE_ANONYMOUS_TASKS
     return _Caps(
         max_active=settings.TENANT_MAX_ACTIVE_TASKS if active is None else active,
         max_stored=settings.TENANT_MAX_STORED_BYTES if stored is None else stored,
+        # A shared sandbox's callers are one principal of their own ("shared"), not anonymous.
+        max_anonymous=anonymous if principal.name == ANONYMOUS_OWNER else 0,
     )
 
 
@@ -152,6 +168,15 @@ def _too_many_active(caps: _Caps) -> TooManyActiveTasks:
     return TooManyActiveTasks(
         f"the tenant already has {caps.max_active} tasks queued or running, its limit; "
         f"send again once one of them finishes (retry in {wait} s)",
+        retry_after=wait,
+    )
+
+
+def _too_many_anonymous(caps: _Caps) -> TooManyActiveTasks:
+    wait = settings.TENANT_ACTIVE_TASKS_RETRY_AFTER
+    return TooManyActiveTasks(
+        f"callers without an API key already have {caps.max_anonymous} tasks queued or running at this "
+        f"tenant, their limit; send again once one of them finishes (retry in {wait} s), or send with an API key",
         retry_after=wait,
     )
 
@@ -166,6 +191,17 @@ def _storage_used_up(caps: _Caps) -> StorageQuotaExceeded:
 def _room_check(*, tenant_id: int, caps: _Caps) -> None:
     """Refuse new work when the tenant is at a cap: the ORM's form of the check `sql.NEW_TASK`
     makes in its statement. Inside the transaction that requests the run."""
+    if sql.available():
+        # One query for every cap, as the new task's statement counts them.
+        params = {"t_tenant_id": tenant_id, "max_active": caps.max_active, "max_anonymous": caps.max_anonymous}
+        [(active, anonymous, stored)] = sql.execute(sql.ROOM, params)
+        if caps.max_stored and stored is not None and stored >= caps.max_stored:
+            raise _storage_used_up(caps)
+        if caps.max_active and active >= caps.max_active:
+            raise _too_many_active(caps)
+        if caps.max_anonymous and anonymous >= caps.max_anonymous:
+            raise _too_many_anonymous(caps)
+        return
     if caps.max_stored:
         stored = TenantStorage.objects.filter(tenant_id=tenant_id).values_list("stored_bytes", flat=True).first()
         if stored is not None and stored >= caps.max_stored:
@@ -175,6 +211,11 @@ def _room_check(*, tenant_id: int, caps: _Caps) -> None:
         active = Task.objects.filter(tenant_id=tenant_id, state__in=ACTIVE_STATES)[: caps.max_active].count()
         if active >= caps.max_active:
             raise _too_many_active(caps)
+    if caps.max_anonymous:
+        # At most `max_anonymous` entries of the partial index `tasks_task_active_anonymous`.
+        anonymous = Task.objects.filter(tenant_id=tenant_id, state__in=ACTIVE_STATES, owner=ANONYMOUS_OWNER)
+        if anonymous[: caps.max_anonymous].count() >= caps.max_anonymous:
+            raise _too_many_anonymous(caps)
 
 
 def message_receive(
@@ -220,7 +261,7 @@ def message_receive(
     if client_task_id is not None and not message.task_id:
         client_task_id_check(agent=agent, principal=principal, task_id=client_task_id)
     now = timezone.now()
-    caps = _caps(agent)
+    caps = _caps(agent, principal)
     if message.task_id:
         with transaction.atomic():
             task, stored = _follow_up_receive(
@@ -363,12 +404,22 @@ def _task_insert_in_one_statement(
     stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id, activated_extensions))
     status = StatusChange(task=task, state=task.state, message=None, reason="", timestamp=now)
     event = TaskEvent(task=task, seq=1, kind=EventKind.STATUS, payload=payload, created_at=now)
-    params = sql.new_task_params(task, stored, status, event, max_active=caps.max_active, max_stored=caps.max_stored)
-    [(message_pk, _, bytes_stored)] = sql.execute(sql.NEW_TASK, params)
+    params = sql.new_task_params(
+        task,
+        stored,
+        status,
+        event,
+        max_active=caps.max_active,
+        max_stored=caps.max_stored,
+        max_anonymous=caps.max_anonymous,
+    )
+    [(message_pk, active, bytes_stored, anonymous)] = sql.execute(sql.NEW_TASK, params)
     if message_pk is None:  # the statement found the tenant at a cap and wrote nothing
         if caps.max_stored and bytes_stored is not None and bytes_stored >= caps.max_stored:
             raise _storage_used_up(caps)
-        raise _too_many_active(caps)
+        if caps.max_active and active >= caps.max_active:
+            raise _too_many_active(caps)
+        raise _too_many_anonymous(caps)
     for instance in (task, stored):
         instance._state.adding = False
         instance._state.db = DEFAULT_DB_ALIAS

@@ -31,7 +31,7 @@ from django.db import DEFAULT_DB_ALIAS, connection, models
 from accounts.models import Agent, Tenant
 
 from .domain import ArtifactView, MessageView
-from .models import ACTIVE_STATES, Artifact, Message, StatusChange, Task, TaskEvent, TenantStorage
+from .models import ACTIVE_STATES, ANONYMOUS_OWNER, Artifact, Message, StatusChange, Task, TaskEvent, TenantStorage
 
 
 def available() -> bool:
@@ -160,19 +160,31 @@ _NEW_EVENT = _Insert(TaskEvent, "e_", given=("task_id",))
 # statement (0: no cap): the task is inserted only while the tenant has fewer than
 # `max_active` active tasks (counted through the partial index `tasks_task_active`, at
 # most `max_active` entries of it) and has stored less than `max_stored` bytes; when it is
-# not, nothing is written and the message's id comes back NULL, with the two counts saying why.
+# not, nothing is written and the message's id comes back NULL, with the counts saying why.
+# A task of an anonymous caller is also held to `max_anonymous` of them (0, and for every
+# keyed caller: no such cap), counted through `tasks_task_active_anonymous`; LIMIT 0 reads
+# nothing, so a keyed caller's send costs the statement no more than before.
 # Concurrent sends read the count before each other's insert commits, so under a burst the
 # cap can be passed by the number of sends in flight at once.
-NEW_TASK = f"""
-WITH room AS (
+_ROOM = f"""
     SELECT (SELECT count(*) FROM (
                 SELECT 1 FROM {T}
                 WHERE tenant_id = %(t_tenant_id)s AND {_ACTIVE} LIMIT %(max_active)s::bigint
             ) AS active) AS active,
+           (SELECT count(*) FROM (
+                SELECT 1 FROM {T}
+                WHERE tenant_id = %(t_tenant_id)s AND {_ACTIVE} AND owner = '{ANONYMOUS_OWNER}'
+                LIMIT %(max_anonymous)s::bigint
+            ) AS anonymous) AS anonymous,
            (SELECT stored_bytes FROM {STORED} WHERE tenant_id = %(t_tenant_id)s) AS stored
-), task AS (
+"""
+# The same counts alone (a follow-up checks them in its transaction): one query for all caps.
+ROOM = _ROOM
+NEW_TASK = f"""
+WITH room AS ({_ROOM}), task AS (
     INSERT INTO {T} ({_NEW_TASK.columns}) SELECT {_NEW_TASK.values} FROM room
     WHERE (%(max_active)s::bigint = 0 OR room.active < %(max_active)s::bigint)
+      AND (%(max_anonymous)s::bigint = 0 OR room.anonymous < %(max_anonymous)s::bigint)
       AND (%(max_stored)s::bigint = 0 OR room.stored IS NULL OR room.stored < %(max_stored)s::bigint)
     RETURNING id
 ), message AS (
@@ -183,16 +195,24 @@ WITH room AS (
 ), event AS (
     INSERT INTO {E} (task_id, {_NEW_EVENT.columns}) SELECT id, {_NEW_EVENT.values} FROM task
 )
-SELECT (SELECT id FROM message), room.active, room.stored FROM room
+SELECT (SELECT id FROM message), room.active, room.stored, room.anonymous FROM room
 """
 
 
 def new_task_params(
-    task: Task, message: Message, status: StatusChange, event: TaskEvent, *, max_active: int, max_stored: int
+    task: Task,
+    message: Message,
+    status: StatusChange,
+    event: TaskEvent,
+    *,
+    max_active: int,
+    max_stored: int,
+    max_anonymous: int = 0,
 ) -> dict[str, Any]:
     """NEW_TASK's parameters: the four unsaved instances' fields and the tenant's caps."""
     return {
         "max_active": max_active,
+        "max_anonymous": max_anonymous,
         "max_stored": max_stored,
         **_NEW_TASK.params(task),
         **_NEW_MESSAGE.params(message),

@@ -255,6 +255,56 @@ def test_the_cap_is_counted_through_its_partial_index(tenant, echo_agent):
     assert "tasks_task_active" in plan
 
 
+def test_anonymous_callers_have_their_own_share_so_keyed_callers_still_start_tasks(
+    rpc, tenant, conformance_agent, alice_key, runs, store_path
+):
+    from protocols import jsonrpc
+
+    limits(tenant, max_active_tasks=4, max_active_anonymous_tasks=2)
+    assert [start(rpc, PUBLIC, key=None).status for _ in range(2)] == [200, 200]
+    before = stored_rows()
+    refused = start(rpc, PUBLIC, key=None)
+    assert refused.status == 429 and refused.headers["Retry-After"] == "5"
+    assert refused.error["code"] == jsonrpc.RATE_LIMITED
+    assert refused.error["message"].startswith("callers without an API key already have 2 tasks queued or running")
+    assert refused.error["data"][0]["reason"] == "TOO_MANY_ACTIVE_TASKS"
+    assert stored_rows() == before
+    # The tenant's other two are the keyed callers' to take; then the whole cap holds.
+    assert [start(rpc, PUBLIC, key=alice_key).status for _ in range(3)] == [200, 200, 429]
+    assert run(runs[0]) == "done"  # an anonymous task finishes: an anonymous send passes again
+    assert start(rpc, PUBLIC, key=None).status == 200
+
+
+def test_the_site_s_default_anonymous_share_applies_and_zero_lifts_it(rpc, settings, tenant, conformance_agent, runs):
+    settings.TENANT_MAX_ACTIVE_ANONYMOUS_TASKS = 1
+    assert [start(rpc, PUBLIC, key=None).status for _ in range(2)] == [200, 429]
+    limits(tenant, max_active_anonymous_tasks=0)
+    assert {start(rpc, PUBLIC, key=None).status for _ in range(3)} == {200}
+
+
+def test_an_anonymous_follow_up_counts_against_the_anonymous_share(rpc, tenant, conformance_agent, runs, store_path):
+    limits(tenant, max_active_anonymous_tasks=1)
+    waiting = start(rpc, PUBLIC, key=None, messageId="tck-input-required-1").result["task"]
+    assert run(runs.pop()) == "done"  # input-required: no longer active
+    assert start(rpc, PUBLIC, key=None).status == 200
+    follow_up = start(rpc, PUBLIC, "more", key=None, taskId=waiting["id"])
+    assert follow_up.status == 429 and "callers without an API key" in follow_up.error["message"]
+
+
+def test_the_anonymous_share_is_counted_through_its_own_partial_index(tenant, echo_agent):
+    from django.db import connection
+
+    from tasks_app import sql
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")
+        cursor.execute(
+            f"EXPLAIN SELECT 1 FROM {sql.T} WHERE tenant_id = %s AND {sql._ACTIVE} AND owner = 'anonymous'", [tenant.pk]
+        )
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "tasks_task_active_anonymous" in plan
+
+
 def test_the_rate_limit_and_the_active_task_cap_share_their_code():
     from protocols import jsonrpc
     from tasks_app.errors import StorageQuotaExceeded, TooManyActiveTasks
@@ -303,6 +353,18 @@ def test_a_tenant_past_its_storage_quota_gets_the_dialect_s_error_and_nothing_is
     assert stored_rows() == before
     limits(tenant, max_stored_bytes=0)
     assert start(rpc, key=alice_key).status == 200
+
+
+def test_the_site_s_default_storage_quota_is_a_gibibyte_and_holds_a_tenant_without_its_own(
+    rpc, settings, tenant, echo_agent, alice_key, runs
+):
+    from agentserver import settings as production
+    from tasks_app.models import TenantStorage
+
+    assert production.TENANT_MAX_STORED_BYTES == settings.TENANT_MAX_STORED_BYTES == 1024**3
+    TenantStorage.objects.update_or_create(tenant=tenant, defaults={"stored_bytes": 1024**3})
+    refused = start(rpc, key=alice_key)
+    assert refused.error["message"].startswith(f"the tenant's storage quota of {1024**3} bytes is used up")
 
 
 def test_counting_twice_counts_each_row_once_and_a_full_recount_agrees(rpc, tenant, echo_agent, alice_key, runs):

@@ -46,10 +46,14 @@ class SseCall:
         key: str | None = None,
         last_event_id: str | None = None,
         path: str = "/agents/acme/echo/",
+        client: tuple[str, int] = ("127.0.0.1", 50000),
+        version: str = "1.0",
     ) -> None:
         from agentserver.asgi import application
 
-        headers = [(b"content-type", b"application/json"), (b"a2a-version", b"1.0"), (b"host", b"testserver")]
+        headers = [(b"content-type", b"application/json"), (b"host", b"testserver")]
+        if version:
+            headers.append((b"a2a-version", version.encode()))
         if key:
             headers.append((b"x-api-key", key.encode()))
         if last_event_id is not None:
@@ -64,7 +68,7 @@ class SseCall:
             "query_string": b"",
             "headers": headers,
             "server": ("testserver", 80),
-            "client": ("127.0.0.1", 50000),
+            "client": client,
         }
         self.body = orjson.dumps({"jsonrpc": "2.0", "id": 9, "method": method, "params": params})
         self.communicator = ApplicationCommunicator(application, scope)

@@ -188,7 +188,8 @@ async def get_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def list_push_configs(call: Call, params: dict[str, Any]) -> list[dict[str, Any]]:
-    """tasks/pushNotificationConfig/list: every config of the task (0.3 does not page)."""
+    """tasks/pushNotificationConfig/list: every config of the task. 0.3 has no paging fields;
+    the answer is bounded by the cap on configs per task (PUSH_MAX_CONFIGS_PER_TASK)."""
     exchange.require_push(call.agent)
     task_id = _required_id(params)
 
