@@ -608,7 +608,7 @@ def test_a_card_that_points_its_interface_at_a_refused_address_is_refused_too(
     task = rpc.send(FRONTED, "echo x", key=alice_key).result["task"]
     assert state(task) == "FAILED"
     assert failure(task)[1].startswith(
-        "the agent is misconfigured: the upstream's address is refused: requests may not be sent to 127.0.0.2"
+        "the agent is misconfigured: the upstream's address is refused: this address is not allowed: 127.0.0.2"
     )
 
 
