@@ -286,6 +286,10 @@ CELERY_BEAT_SCHEDULE["count-stored-bytes"] = {
 AIP_GROUPS_ENABLED = env.bool("AIP_GROUPS_ENABLED", default=True)
 # Seconds to connect to a group's broker and open the connection (the invitation waits this long).
 AIP_GROUP_CONNECT_TIMEOUT = env.float("AIP_GROUP_CONNECT_TIMEOUT", default=5.0)
+# An invitation whose broker was not joined (address not allowed, name not resolved, port closed,
+# silent or not AMQP) is answered this many seconds after it came, whichever it was: otherwise
+# how soon it failed tells a caller what is behind an address (a TCP port probe through us).
+AIP_GROUP_FAILED_JOIN_AFTER = env.float("AIP_GROUP_FAILED_JOIN_AFTER", default=AIP_GROUP_CONNECT_TIMEOUT + 2)
 # Seconds between the group runner's looks at the memberships (new ones, left ones).
 AIP_GROUPS_POLL = env.float("AIP_GROUPS_POLL", default=1.0)
 # Seconds between a robust connection's attempts to reach a broker it lost.

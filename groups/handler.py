@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +25,19 @@ from .identity import member_aic
 from .invitation import parse
 
 log = logging.getLogger(__name__)
+
+
+# What a Leader hears of a broker that was not joined, whatever the reason (the log has it).
+NOT_JOINED = "the broker was not joined: its address is not allowed, does not resolve, or did not answer"
+
+
+async def _not_joined(invitation: Any, began: float) -> GroupConnectionFailed:
+    """One answer, at one moment, for every broker not joined: a refused address, a name that
+    does not resolve, a closed port, a port that never answers and one that answers something
+    other than AMQP would otherwise tell apart what is behind an address (a private network's
+    names, a public host's open ports) to whoever sends invitations."""
+    await asyncio.sleep(max(0.0, began + settings.AIP_GROUP_FAILED_JOIN_AFTER - time.monotonic()))
+    return GroupConnectionFailed(host=invitation.host, port=invitation.port, reason=NOT_JOINED)
 
 
 def process_id(membership_pk: int) -> str:
@@ -47,12 +61,12 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         group_id=invitation.group_id,
         binding=binding,
     )
+    began = time.monotonic()
     try:
         address = await asyncio.to_thread(ssrf.check_host, invitation.host, invitation.port)  # DNS: off the loop
-    except ssrf.Refused as exc:
-        raise InvalidParams(f"server.host is refused: {exc}") from None
-    except ssrf.Unresolved as exc:
-        raise GroupConnectionFailed(host=invitation.host, port=invitation.port, reason=str(exc)) from None
+    except (ssrf.Refused, ssrf.Unresolved) as exc:
+        log.info("group %s: broker %s:%s refused: %s", invitation.group_id, invitation.host, invitation.port, exc.detail)
+        raise await _not_joined(invitation, began) from None
 
     member = await dbcalls.run(member_aic, call.agent)
     owner = call.principal.name
@@ -98,7 +112,7 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     except amqp.JoinFailed as exc:
         log.info("group %s: %s could not join %s:%s: %s", invitation.group_id, member, address, invitation.port, exc)
         await dbcalls.run(services.membership_fail, membership_pk=membership.pk, reason=str(exc))
-        raise GroupConnectionFailed(host=invitation.host, port=invitation.port, reason=str(exc)) from None
+        raise await _not_joined(invitation, began) from None
     except BaseException:
         # Cancelled (the Leader hung up) or a bug: the membership must not stay "joining".
         await asyncio.shield(dbcalls.run(services.membership_fail, membership_pk=membership.pk, reason="not joined"))

@@ -17,6 +17,7 @@ metadata service, a database on the private network, the admin on loopback. The 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from functools import lru_cache
 from urllib.parse import urlsplit
 
 from django.conf import settings
+
+log = logging.getLogger(__name__)
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -71,12 +74,30 @@ _getaddrinfo = socket.getaddrinfo
 
 
 class Refused(Exception):
-    """The URL may not be sent to; the message says why, for the client and the log."""
+    """The URL may not be sent to. `str()` is what a caller may be told: about the URL it gave
+    (its form), or for an address the guard refuses only "not allowed" and the host as given,
+    never what the name resolves to or why that address is refused, which would map a private
+    network for whoever asks. `detail` is the whole reason, for the server's log (logged here)."""
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__(public)
+        self.detail = detail or public
 
 
 class Unresolved(Exception):
     """The name could not be resolved just now: a fact of the moment (the resolver, the
-    network, a record not yet published), not a decision, so whoever sends tries again later."""
+    network, a record not yet published), not a decision, so whoever sends tries again later.
+    `str()` is the same text as a refused address's (a caller must not tell a name that does not
+    resolve from one that resolves to a private address); `detail` says what happened."""
+
+    def __init__(self, public: str, detail: str | None = None) -> None:
+        super().__init__(public)
+        self.detail = detail or public
+
+
+def not_allowed(host: str) -> str:
+    """What a caller is told about a host the guard refused or could not resolve."""
+    return f"this address is not allowed: {host}"
 
 
 @dataclass(frozen=True)
@@ -213,16 +234,28 @@ def check_host(host: str, port: int) -> IPAddress:
     except UnicodeError as exc:  # IDNA cannot encode it: no resolver ever will
         raise Refused(f"the host {host!r} is not a valid host name ({exc})") from None
     except OSError as exc:
-        raise Unresolved(f"the host {host!r} could not be resolved ({exc})") from None
+        raise _unresolved(host, f"the host {host!r} could not be resolved ({exc})") from None
     if not addresses:
-        raise Unresolved(f"the host {host!r} has no address")
+        raise _unresolved(host, f"the host {host!r} has no address")
     allow = allowed_networks()
     for ip in addresses:
         why = address_refusal(ip, allow)
         if why is not None:
             shown = host if _is_literal(host) else f"{host} (which resolves to {ip})"
-            raise Refused(
+            detail = (
                 f"requests may not be sent to {shown}: it is {why}; only public addresses "
                 "are allowed (an operator can allow networks with OUTBOUND_ALLOW_NETS)"
             )
+            log.info("outbound: refused %s", detail)
+            raise Refused(not_allowed(_shown(host)), detail)
     return addresses[0]
+
+
+def _unresolved(host: str, detail: str) -> Unresolved:
+    log.info("outbound: %s", detail)
+    return Unresolved(not_allowed(_shown(host)), detail)
+
+
+def _shown(host: str) -> str:
+    # An IPv6 literal as a URL writes it, so the caller recognises the host it gave.
+    return f"[{host}]" if ":" in host else host

@@ -156,13 +156,14 @@ def test_a_byte_order_mark_is_tolerated_and_kept_in_the_bytes(server):
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("http://127.0.0.2:{port}/", "127.0.0.2: it is a loopback address"),
-        ("http://[::ffff:127.0.0.3]:{port}/", "::ffff:127.0.0.3: it is a loopback address"),
-        ("http://sneaky.example.test:{port}/", "sneaky.example.test (which resolves to 127.0.0.2)"),
-        ("http://mixed.example.test:{port}/", "mixed.example.test (which resolves to 127.0.0.2)"),
+        ("http://127.0.0.2:{port}/", "this address is not allowed: 127.0.0.2"),
+        ("http://[::ffff:127.0.0.3]:{port}/", "this address is not allowed: [::ffff:127.0.0.3]"),
+        ("http://sneaky.example.test:{port}/", "this address is not allowed: sneaky.example.test"),
+        ("http://mixed.example.test:{port}/", "this address is not allowed: mixed.example.test"),
         ("ftp://agents.example.test/", "must use http or https"),
         ("http://user:pw@agents.example.test:{port}/", "must not carry credentials"),
-        ("http://unknown.example.test/", "could not be resolved"),
+        # A name that does not resolve reads as one that resolves to a refused address.
+        ("http://unknown.example.test/", "this address is not allowed: unknown.example.test"),
     ],
 )
 def test_an_address_the_guard_refuses_is_never_contacted(server, dns, url, says):
@@ -170,6 +171,7 @@ def test_an_address_the_guard_refuses_is_never_contacted(server, dns, url, says)
     dns["mixed.example.test"] = ["127.0.0.1", "127.0.0.2"]  # every address must pass
     said = failure(url.format(port=server.port))
     assert says in said, said
+    assert "resolve" not in said and "loopback" not in said, said
     assert server.requests == []
 
 
