@@ -208,7 +208,8 @@ async def hold(*, tenant: Any, caller: str) -> AsyncIterator[Slot]:
     try:
         yield held
     finally:
-        await held.give_back()
+        # A client that leaves cancels its stream: the slot goes back all the same.
+        await asyncio.shield(held.give_back())
 
 
 def _who(caller: str) -> str:

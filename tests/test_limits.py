@@ -439,7 +439,14 @@ def test_hostile_requests_at_the_caps_never_get_a_500_nor_an_internal_error(
     rpc, tenant, echo_agent, conformance_agent, alice_key, runs, body, credential
 ):
     limits(
-        tenant, max_active_tasks=1, max_request_bytes=500, rate_limit_per_minute=30, anonymous_rate_limit_per_minute=30
+        tenant,
+        max_active_tasks=1,
+        max_active_anonymous_tasks=1,
+        max_request_bytes=500,
+        rate_limit_per_minute=30,
+        anonymous_rate_limit_per_minute=30,
+        max_push_configs_per_task=1,
+        max_streams_per_caller=1,
     )
     if not runs:
         start(rpc, key=alice_key)  # the one active task the cap allows
