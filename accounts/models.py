@@ -50,7 +50,7 @@ class Tenant(models.Model):
     max_streams_per_caller = models.PositiveIntegerField(
         null=True,
         blank=True,
-        help_text="Open SSE streams per API key, bearer subject or anonymous (empty: site default).",
+        help_text="Open SSE streams per API key, bearer subject or anonymous address (empty: site default).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
