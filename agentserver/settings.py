@@ -394,6 +394,8 @@ CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
 # Unproven drafts (a remote agent submitted whose domain nobody proved) are expired this many
 # seconds after their submission, and expired entries dropped as long after that.
 REGISTRY_DRAFT_LIFETIME = env.float("REGISTRY_DRAFT_LIFETIME", default=7 * 24 * 3600.0)
+# A user has at most this many unproven drafts at once (0 = no cap).
+REGISTRY_OPEN_DRAFTS_PER_USER = env.int("REGISTRY_OPEN_DRAFTS_PER_USER", default=20)
 
 # Submissions, proofs, flags, decisions and token requests per user (else per address) in the
 # REST API: "<n>/<sec|min|hour|day>", empty for none. Counted in CACHES (Redis: every process).

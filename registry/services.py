@@ -270,6 +270,14 @@ def entry_submit(*, url: str, user: Any, tenant: Tenant | None = None) -> Entry:
     expire). Raises RegistryError (with the card's problems when it is invalid)."""
     url = url.strip()
     _refuse_taken(url, user)
+    if getattr(user, "pk", None) and settings.REGISTRY_OPEN_DRAFTS_PER_USER > 0:
+        open_drafts = Entry.objects.filter(kind=Kind.REMOTE, state=State.DRAFT, submitted_by=user).count()
+        if open_drafts >= settings.REGISTRY_OPEN_DRAFTS_PER_USER:
+            raise RegistryError(
+                f"you have {open_drafts} unproven drafts: prove their domains (or let them expire) "
+                "before submitting more",
+                code="conflict",
+            )
     card = _read_or_fail(url)
     _refuse_taken(card.fetched_from, user)
     now = timezone.now()

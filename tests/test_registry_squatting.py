@@ -140,3 +140,18 @@ def test_an_unproven_draft_expires_and_is_dropped_later_and_the_card_can_be_subm
     assert not Entry.objects.filter(pk=draft["id"]).exists()
     assert people["squatter"].get(f"{AGENTS}{draft['id']}/").status_code == 404
     assert Entry.objects.filter(state=State.EXPIRED).count() == 2
+
+
+def test_a_user_holds_a_bounded_number_of_unproven_drafts(people, site, settings):
+    settings.REGISTRY_OPEN_DRAFTS_PER_USER = 2
+    for path in ("/a.json", "/b.json", "/c.json"):
+        site.serve(path, card_document(name=f"Agent {path}", url=site.url("/rpc", host=HOST)))
+    first, second = (people["squatter"].post(AGENTS, {"url": site.url(p, host=HOST)}) for p in ("/a.json", "/b.json"))
+    assert first.status_code == second.status_code == 201
+    third = people["squatter"].post(AGENTS, {"url": site.url("/c.json", host=HOST)})
+    assert third.status_code == 409 and "you have 2 unproven drafts" in third.json()["detail"]
+    assert people["owner"].post(AGENTS, {"url": site.url("/c.json", host=HOST)}).status_code == 201
+
+    _prove(site, first.json())  # a proven entry is no longer a draft
+    assert people["squatter"].post(f"{AGENTS}{first.json()['id']}/verify/", {"method": "http"}).json()["verified"]
+    assert people["squatter"].post(AGENTS, {"url": site.url("/c.json", host=HOST)}).status_code == 201
