@@ -41,12 +41,16 @@ class Locked:
 
 
 def client_address(request: Any) -> str:
+    """The client's address of a Django request (forwarded_client's rule)."""
+    meta = getattr(request, "META", request)
+    return forwarded_client(str(meta.get("REMOTE_ADDR") or ""), meta.get("HTTP_X_FORWARDED_FOR"))
+
+
+def forwarded_client(remote: str, forwarded: str | None) -> str:
     """The client's address: the connection's, or with NUM_PROXIES proxies in front, the one the
     nearest of them saw (X-Forwarded-For's NUM_PROXIES-th value from the right): what a client
-    writes in the header itself is never taken (the same rule as DRF's throttles)."""
-    meta = getattr(request, "META", request)
-    remote = str(meta.get("REMOTE_ADDR") or "")
-    forwarded = meta.get("HTTP_X_FORWARDED_FOR")
+    writes in the header itself is never taken (the same rule as DRF's throttles). The agent
+    endpoints' anonymous rate limit and stream slots count by it too."""
     proxies = settings.NUM_PROXIES
     if proxies > 0 and forwarded:
         hops = [hop.strip() for hop in str(forwarded).split(",")]

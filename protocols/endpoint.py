@@ -25,6 +25,7 @@ from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from accounts.logins import forwarded_client
 from accounts.models import Agent
 from accounts.selectors import Principal
 from tasks_app import dbcalls, selectors, storable, streams
@@ -138,9 +139,10 @@ async def _handle(binding: Binding, request: AgentRequest, seen: _Seen) -> Reply
     if isinstance(target, Reply):
         seen.outcome = f"HTTP_{target.status}"
         return target
-    caller = await auth.authenticate(
-        tenant=request.tenant, agent=request.agent, headers=request.headers, client=request.client
-    )
+    client = request.client
+    if settings.NUM_PROXIES:  # behind proxies, the address the nearest one saw (docs/limits.md)
+        client = forwarded_client(client, request.headers.get("x-forwarded-for"))
+    caller = await auth.authenticate(tenant=request.tenant, agent=request.agent, headers=request.headers, client=client)
     if caller is None:
         where = f"no agent at /agents/{request.tenant}/{request.agent}/"
         return _refusal(binding, request, seen, None, Fault(404, jsonrpc.INVALID_REQUEST, where, "AGENT_NOT_FOUND"))

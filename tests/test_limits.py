@@ -76,6 +76,29 @@ def test_an_anonymous_address_is_limited_by_the_tenant_s_anonymous_rate(rpc, ten
     assert "2 requests per minute for anonymous callers from this address" in refused.error["message"]
 
 
+def test_an_x_forwarded_for_a_client_wrote_itself_does_not_make_it_a_new_anonymous_caller(
+    rpc, settings, tenant, conformance_agent
+):
+    limits(tenant, anonymous_rate_limit_per_minute=2)
+    spoofed = [
+        get_task_from(rpc, forwarded=f"203.0.113.{n}").status for n in range(3)
+    ]  # NUM_PROXIES is 0: the header is not read
+    assert spoofed == [200, 200, 429]
+
+
+def test_behind_one_proxy_the_address_it_appended_is_the_anonymous_caller(rpc, settings, tenant, conformance_agent):
+    settings.NUM_PROXIES = 1
+    limits(tenant, anonymous_rate_limit_per_minute=1)
+    # The proxy appends the address it saw; what the client wrote before it is not taken.
+    assert get_task_from(rpc, forwarded="198.51.100.7, 192.0.2.1").status == 200
+    assert get_task_from(rpc, forwarded="198.51.100.8, 192.0.2.1").status == 429
+    assert get_task_from(rpc, forwarded="198.51.100.7, 192.0.2.2").status == 200
+
+
+def get_task_from(rpc, *, forwarded: str):
+    return rpc(PUBLIC, "GetTask", {"id": str(uuid.uuid4())}, headers={"X-Forwarded-For": forwarded})
+
+
 def test_the_site_s_default_applies_until_the_tenant_sets_its_own(rpc, settings, tenant, echo_agent, alice_key):
     settings.RATE_LIMIT_PER_MINUTE = 2
     assert [get_task(rpc, key=alice_key).status for _ in range(3)] == [200, 200, 429]
