@@ -52,6 +52,17 @@ class Tenant(models.Model):
         blank=True,
         help_text="Open SSE streams per API key, bearer subject or anonymous address (empty: site default).",
     )
+    max_group_memberships_per_caller = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Live AIP group memberships per principal; 0: none allowed (empty: site default).",
+    )
+    max_anonymous_group_memberships = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Live AIP group memberships of all callers without credentials together; 0: none allowed "
+        "(empty: site default).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
     updated_at = models.DateTimeField(auto_now=True)

@@ -72,7 +72,13 @@ def membership_begin(
 def membership_cap_check(*, agent: Agent, owner: str, group_id: str, binding: Binding) -> None:
     """GroupNotSupported when the caller may not have one more live membership."""
     anonymous = binding.credential == Credential.ANONYMOUS
-    cap = settings.GROUP_MAX_ANONYMOUS_MEMBERSHIPS if anonymous else settings.GROUP_MAX_MEMBERSHIPS_PER_CALLER
+    tenant = agent.tenant
+    if anonymous:
+        own = tenant.max_anonymous_group_memberships
+        cap = settings.GROUP_MAX_ANONYMOUS_MEMBERSHIPS if own is None else own
+    else:
+        own = tenant.max_group_memberships_per_caller
+        cap = settings.GROUP_MAX_MEMBERSHIPS_PER_CALLER if own is None else own
     if anonymous and cap <= 0:
         raise GroupNotSupported(
             "Group communication is not supported without credentials on this server: "

@@ -438,3 +438,26 @@ def test_a_message_the_replaced_member_reads_is_left_to_the_membership_that_repl
     assert updates[-1]["status"]["state"] in SETTLED
     assert commands == ["start task-replaced"]
     assert sorted(GroupMembership.objects.values_list("state", flat=True)) == ["active", "left"]
+
+
+def test_a_tenant_s_own_caps_take_the_place_of_the_site_s(client, tenant, partner, key, settings):
+    settings.GROUP_MAX_MEMBERSHIPS_PER_CALLER = 10
+    settings.GROUP_MAX_ANONYMOUS_MEMBERSHIPS = 0
+    tenant.max_group_memberships_per_caller = 0
+    tenant.max_anonymous_group_memberships = 1
+    tenant.save()
+    _, alice = key
+    make_agent(tenant, "open", "echo", is_public=True)
+
+    async def scenario():
+        async with Leader() as leader:
+            keyed = await sync_to_async(post)(client, "group", leader.invitation(), headers={"X-API-Key": alice})
+            anonymous = await sync_to_async(post)(client, "group", leader.invitation(), headers={}, agent="open")
+            leader.joined(anonymous["result"])
+            return keyed
+
+    keyed = async_to_sync(scenario)()
+
+    assert keyed["error"]["code"] == -32007
+    assert "the most allowed (0)" in keyed["error"]["data"]["details"]
+    assert list(GroupMembership.objects.values_list("owner", "state")) == [("anonymous", "active")]
