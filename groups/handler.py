@@ -56,7 +56,9 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     try:
         address = await asyncio.to_thread(ssrf.check_host, invitation.host, invitation.port)  # DNS: off the loop
     except (ssrf.Refused, ssrf.Unresolved) as exc:
-        log.info("group %s: broker %s:%s refused: %s", invitation.group_id, invitation.host, invitation.port, exc.detail)
+        log.info(
+            "group %s: broker %s:%s not allowed: %s", invitation.group_id, invitation.host, invitation.port, exc.detail
+        )
         raise await _not_joined(invitation, began) from None
 
     member = await dbcalls.run(member_aic, call.agent)
