@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # Django's validate_slug
 _KEY_ID = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LENGTH}}}")  # an ApiKey.prefix, as api_key_create makes them
 
+
 @dataclass(frozen=True)
 class Principal:
     """Who is calling. Tasks record the `name` of the principal that created them, and only

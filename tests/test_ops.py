@@ -80,9 +80,7 @@ def test_readyz_fails_when_the_broker_does_not_answer(client, settings):
     assert response.status_code == 503 and response.json()["checks"]["queue"]["ok"] is False
 
 
-def test_readyz_fails_when_no_worker_has_taken_a_run_for_too_long(
-    client, settings, echo_agent, alice_key, rpc, caplog
-):
+def test_readyz_fails_when_no_worker_has_taken_a_run_for_too_long(client, settings, echo_agent, alice_key, rpc, caplog):
     from tasks_app import dispatch
 
     settings.READY_MAX_QUEUE_AGE = 60
