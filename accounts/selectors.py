@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+import logging
 import re
 import threading
 import time
@@ -17,12 +18,20 @@ from django.db.models import QuerySet
 
 from . import changes
 from .models import SLUG_LENGTH, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
-from .services import KEY_ID_HEX_LENGTH, KEY_PREFIX, LAST_USED_RESOLUTION, hash_secret
+from .services import (
+    ANONYMOUS_PRINCIPAL,
+    KEY_ID_HEX_LENGTH,
+    KEY_PREFIX,
+    LAST_USED_RESOLUTION,
+    SHARED_PRINCIPAL,
+    hash_secret,
+    principal_reserved,
+)
+
+log = logging.getLogger(__name__)
 
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")  # Django's validate_slug
 _KEY_ID = re.compile(rf"[0-9a-f]{{{KEY_ID_HEX_LENGTH}}}")  # an ApiKey.prefix, as api_key_create makes them
-
-SHARED_PRINCIPAL = "shared"
 
 
 @dataclass(frozen=True)
@@ -52,7 +61,7 @@ class Principal:
         return replace(self, name=SHARED_PRINCIPAL, can_list=True)
 
 
-Principal.ANONYMOUS = Principal(name="anonymous", authenticated=False, can_list=False)
+Principal.ANONYMOUS = Principal(name=ANONYMOUS_PRINCIPAL, authenticated=False, can_list=False)
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ class _TTLCache:
 _agents = _TTLCache()
 _keys = _TTLCache()
 _last_touched: dict[int, float] = {}
+_reserved_logged: set[int] = set()
 
 
 def _is_slug(value: str) -> bool:
@@ -175,6 +185,13 @@ def key_grant(presented: str) -> KeyGrant | None:
     if not rows or not hmac.compare_digest(rows[0][3], digest):
         return None
     key_id, tenant_id, principal, _, expires_at, _ = rows[0]
+    if principal_reserved(principal):
+        # Made before such names were refused (docs/tenancy.md): it would be the server's own
+        # principal. Refused, not renamed: its tasks keep the owner they were made with.
+        if key_id not in _reserved_logged:  # once per process, not at every request it sends
+            _reserved_logged.add(key_id)
+            log.warning("API key %s (tenant %s) refused: its principal %r is reserved", parts[1], tenant_id, principal)
+        return None
     agent_ids = frozenset(row[5] for row in rows if row[5] is not None)
     grant = KeyGrant(
         key_id=key_id,

@@ -26,6 +26,12 @@ KEY_PREFIX = "ask"
 KEY_ID_HEX_LENGTH = 12  # the key's public id: 6 random bytes in hex
 KEY_PRINCIPAL_NAMESPACE = "key"  # a key made without a principal is "key:<prefix>"
 OIDC_PRINCIPAL_NAMESPACE = "oidc"  # a bearer token's subject is "oidc:<sub>"
+# Names the server gives principals itself (accounts.selectors.Principal): a key naming one would
+# be that caller, e.g. list every anonymous caller's tasks on a public agent. Compared casefolded,
+# so that no look-alike by case reads as one in the admin or a log.
+ANONYMOUS_PRINCIPAL = "anonymous"  # callers without a credential, on a public agent
+SHARED_PRINCIPAL = "shared"  # every caller of a shared sandbox
+RESERVED_PRINCIPALS = frozenset({ANONYMOUS_PRINCIPAL, SHARED_PRINCIPAL})
 # last_used_at moves at most this often per key and process: never one write per request.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 
@@ -38,11 +44,22 @@ def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+def principal_reserved(principal: str) -> bool:
+    """Whether `principal` is (but for case and surrounding space) a name the server gives."""
+    return principal.strip().casefold() in RESERVED_PRINCIPALS
+
+
 def principal_check(principal: str) -> str:
-    """A principal a tenant names itself: not blank, and outside the server's namespaces."""
+    """A principal a tenant names itself: not blank, not a name the server gives a principal,
+    and outside the server's namespaces."""
     principal = principal.strip()
     if not principal:
         raise AccountError("a principal must not be blank")
+    if principal_reserved(principal):
+        raise AccountError(
+            f"a principal must not be {principal!r}: {', '.join(sorted(RESERVED_PRINCIPALS))} are the server's "
+            "(callers without a key, a shared sandbox's callers)"
+        )
     if PRINCIPAL_NAMESPACE_SEPARATOR in principal:
         raise AccountError(
             f"a principal must not contain {PRINCIPAL_NAMESPACE_SEPARATOR!r}: names with it are the server's "

@@ -204,11 +204,14 @@ AIP_TIME_ZONE = env.str("AIP_TIME_ZONE", default="Asia/Shanghai")
 # Operations (docs/operations.md): /readyz asks each dependency with this timeout (seconds),
 # and fails when the oldest run no worker took has waited longer than READY_MAX_QUEUE_AGE
 # (0: never). /metrics answers only with METRICS_ENABLED, and then only to a bearer of
-# METRICS_TOKEN when one is set; the store's gauges are read at most every METRICS_STORE_EVERY s.
+# METRICS_TOKEN; without a token, to no one (the metrics name every tenant's agents) unless
+# DEBUG or METRICS_PUBLIC (the network alone keeps them private: `make run`, on loopback).
+# The store's gauges are read at most every METRICS_STORE_EVERY s.
 READY_TIMEOUT = env.float("READY_TIMEOUT", default=2.0)
 READY_MAX_QUEUE_AGE = env.float("READY_MAX_QUEUE_AGE", default=300.0)
 METRICS_ENABLED = env.bool("METRICS_ENABLED", default=False)
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+METRICS_PUBLIC = env.bool("METRICS_PUBLIC", default=False)
 METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
 # A Celery worker's main process serves its prefork children's counts (summed from
 # PROMETHEUS_MULTIPROC_DIR) on this port, for a pod Prometheus scrapes (0: off). Plain HTTP,

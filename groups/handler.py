@@ -66,7 +66,7 @@ async def group(call: Call, params: dict[str, Any]) -> dict[str, Any]:
         address = await asyncio.to_thread(ssrf.check_host, invitation.host, invitation.port)  # DNS: off the loop
     except (ssrf.Refused, ssrf.Unresolved) as exc:
         log.info(
-            "group %s: broker %s:%s refused: %s", invitation.group_id, invitation.host, invitation.port, exc.detail
+            "group %s: broker %s:%s not allowed: %s", invitation.group_id, invitation.host, invitation.port, exc.detail
         )
         raise await _not_joined(invitation, began) from None
 

@@ -100,26 +100,37 @@ def exposition() -> bytes:
     return generate_latest(registry(store=True))
 
 
-def authorized(header: str) -> bool:
-    """Whether an Authorization header lets its sender read the metrics: anyone without
-    METRICS_TOKEN, else only a bearer of it (the metrics name tenants and agents)."""
+def refusal(header: str) -> tuple[int, bytes] | None:
+    """Why a request with this Authorization header does not get the metrics (status, text),
+    or None when it does: only a bearer of METRICS_TOKEN (the metrics name every tenant's
+    agents). Without a token, no one, unless DEBUG or METRICS_PUBLIC says the network alone
+    keeps them private: a deployment that forgot the token fails closed."""
     token = settings.METRICS_TOKEN
     if not token:
-        return True
-    return hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode())
+        if settings.DEBUG or settings.METRICS_PUBLIC:
+            return None
+        return 403, NO_TOKEN
+    if hmac.compare_digest(header.removeprefix("Bearer ").strip().encode(), token.encode()):
+        return None
+    return 401, REFUSAL
 
 
 REFUSAL = b"send Authorization: Bearer <METRICS_TOKEN>\n"
+NO_TOKEN = b"metrics are served only with METRICS_TOKEN set (or METRICS_PUBLIC=1; docs/operations.md)\n"
 
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 def _guarded(app: Wsgi) -> Wsgi:
     def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        if not authorized(environ.get("HTTP_AUTHORIZATION", "")):
-            headers = [("Content-Type", "text/plain"), ("WWW-Authenticate", 'Bearer realm="metrics"')]
-            start_response("401 Unauthorized", headers)
-            return [REFUSAL]
+        refused = refusal(environ.get("HTTP_AUTHORIZATION", ""))
+        if refused is not None:
+            status, text = refused
+            headers = [("Content-Type", "text/plain")]
+            if status == 401:
+                headers.append(("WWW-Authenticate", 'Bearer realm="metrics"'))
+            start_response("401 Unauthorized" if status == 401 else "403 Forbidden", headers)
+            return [text]
         return app(environ, start_response)
 
     return guarded
@@ -139,8 +150,8 @@ class _Quiet(WSGIRequestHandler):
 
 
 def serve(*, port: int, addr: str, registry: CollectorRegistry) -> WSGIServer:
-    """The exposition of `registry` at http://addr:port/, from a daemon thread, refused
-    without METRICS_TOKEN when one is set. prometheus_client's own start_http_server would do,
+    """The exposition of `registry` at http://addr:port/, from a daemon thread, for a bearer
+    of METRICS_TOKEN (`refusal`). prometheus_client's own start_http_server would do,
     but its application cannot be wrapped before it starts answering."""
     server_class = _Server6 if ":" in addr else _Server
     server = make_server(addr, port, _guarded(make_wsgi_app(registry)), server_class, handler_class=_Quiet)
@@ -168,4 +179,6 @@ def serve_worker() -> WSGIServer | None:
         log.error("worker metrics not served on %s:%d: %s", settings.WORKER_METRICS_ADDR, port, exc)
         return None
     log.info("worker metrics on http://%s:%d/metrics", settings.WORKER_METRICS_ADDR, port)
+    if not settings.METRICS_TOKEN and not (settings.DEBUG or settings.METRICS_PUBLIC):
+        log.warning("worker metrics are refused to every scrape: set METRICS_TOKEN (docs/operations.md)")
     return server

@@ -113,6 +113,8 @@ export WEBHOOK_ALLOW_HTTP="${WEBHOOK_ALLOW_HTTP:-1}"
 export PROMETHEUS_MULTIPROC_DIR="${PROMETHEUS_MULTIPROC_DIR:-$RUN_DIR/metrics}"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 export METRICS_ENABLED="${METRICS_ENABLED:-1}"
+# No METRICS_TOKEN on this machine: the server listens on loopback only (docs/operations.md).
+export METRICS_PUBLIC="${METRICS_PUBLIC:-1}"
 log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }

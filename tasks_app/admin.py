@@ -26,8 +26,10 @@ class TaskAdmin(TaskDetailAdmin, TaskList, ReadOnlyForEveryone, TenantScopedAdmi
 
 @admin_detail.add_overview_section
 def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: datetime) -> admin_detail.Section:
-    """The executors this process loaded, and the plugins it could not load with the reason
-    (the process logged them at start too)."""
+    """The executors this process loaded, and, to superusers, the plugins it could not load with
+    the reason (the process logged them at start too): the server's installation (its modules,
+    paths, errors) is the operator's, not every tenant member's."""
+    superuser = tenant_ids is None  # the overview's scope: None for a superuser alone
     tables = [
         admin_detail.Table(
             headers=["executor", "from", "class"],
@@ -35,7 +37,7 @@ def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: 
             caption="Loaded",
         )
     ]
-    if plugins.BROKEN:
+    if superuser and plugins.BROKEN:
         tables.append(
             admin_detail.Table(
                 headers=["executor", "from", "class", "why it was not loaded"],
@@ -49,7 +51,7 @@ def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: 
             rows=[[item.name, item.source, item.target] for item in plugins.EXTENSIONS_LOADED]
             + [
                 [item.name, item.source, f"{item.target} (not loaded: {item.error})"]
-                for item in plugins.EXTENSIONS_BROKEN
+                for item in (plugins.EXTENSIONS_BROKEN if superuser else [])
             ],
             caption="Server extensions",
         )

@@ -11,7 +11,8 @@ inherits first.
   (`services.task_redispatch`, what the sweeper does), export as JSON.
 - A file part's stored bytes, as a download (anyone who may see the task).
 - The overview (`overview/`): counts by state, stuck tasks, busiest agents, the broker's queue
-  depth, and the sections above the store add (push: failing endpoints).
+  depth (superusers only: the queue is every tenant's), and the sections above the store add
+  (push: failing endpoints).
 
 The store's admin must not import the apps above it (push, protocols): they add sections
 through `add_task_section` / `add_overview_section`, and dialects encode through `encoders`.
@@ -570,8 +571,10 @@ class TaskDetailAdmin:
             ],
             "time_limit": settings.AGENT_TIME_LIMIT,
             "unclaimed_after": settings.SWEEP_UNCLAIMED_AFTER,
-            "queue": settings.CELERY_TASK_DEFAULT_QUEUE,
-            "queue_depth": _queue_depth(),
+            # The broker's queue is every tenant's: its depth is the site's, for superusers.
+            "show_queue": superuser,
+            "queue": settings.CELERY_TASK_DEFAULT_QUEUE if superuser else None,
+            "queue_depth": _queue_depth() if superuser else None,
             "sections": sections,
             "changelist_url": self._url("changelist"),
         }

@@ -516,6 +516,7 @@ def _live_env() -> dict[str, str]:
         # children too) writes its counts there, and any web process's /metrics sums them.
         "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix="agentserver-metrics-"),
         "METRICS_ENABLED": "1",
+        "METRICS_PUBLIC": "1",  # as make run has it (on loopback); tests/test_ops.py tests the token
     }
 
 

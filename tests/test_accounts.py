@@ -64,6 +64,13 @@ def test_a_principal_a_tenant_names_cannot_take_the_server_s_namespaces(tenant):
         run("create_api_key", "acme", "--principal", "oidc:alice")
 
 
+@pytest.mark.parametrize("name", ["anonymous", "Anonymous", " SHARED ", "shared"])
+def test_a_principal_cannot_be_a_name_the_server_gives_a_principal(tenant, name):
+    with pytest.raises(CommandError, match="must not be .*anonymous, shared are the server's"):
+        run("create_api_key", "acme", "--principal", name)
+    assert not ApiKey.objects.exists()
+
+
 def test_a_key_limited_to_one_agent_is_forbidden_on_the_others(rpc, echo_agent, writer_agent):
     key = run("create_api_key", "acme", "--agent", "echo")
     assert rpc(ECHO, "GetTask", {"id": "x"}, key=key).error["code"] == -32001

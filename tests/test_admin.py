@@ -38,6 +38,16 @@ def test_an_api_key_made_in_the_admin_is_shown_once_and_stored_hashed(superuser,
     assert rpc("/agents/acme/echo/", "ListTasks", {}, key=plaintext).result["totalSize"] == 0
 
 
+@pytest.mark.parametrize("name", ["anonymous", "ANONYMOUS", "shared"])
+def test_an_api_key_naming_a_principal_the_server_gives_is_not_made_in_the_admin(superuser, tenant, name):
+    response = superuser.post(
+        "/admin/accounts/apikey/add/", {"tenant": tenant.pk, "name": "sneaky", "principal": name}, follow=True
+    )
+    assert response.status_code == 200
+    assert "anonymous, shared are the server&#x27;s" in response.content.decode()
+    assert not ApiKey.objects.filter(name="sneaky").exists()
+
+
 def test_the_store_is_read_only_in_the_admin_even_for_a_superuser(superuser, rpc, echo_agent, alice_key):
     task = rpc.send("/agents/acme/echo/", "keep me", key=alice_key).result["task"]
     page = superuser.get(f"/admin/tasks_app/task/{task['id']}/change/").content.decode()

@@ -432,6 +432,18 @@ def test_the_overview_counts_states_stuck_tasks_busy_agents_and_failing_endpoint
     assert len(queries) == 11
 
 
+def test_only_a_superuser_s_overview_shows_the_site_wide_queue(bag, runs, tenant, settings):
+    receive(bag)
+    for role in (Role.OWNER, Role.VIEWER):
+        html = (
+            browser_for(f"m-{role}", tenant=tenant, role=role).get("/admin/tasks_app/task/overview/").content.decode()
+        )
+        assert "Tasks: overview" in html and "Runs waiting in the queue" not in html, role
+        assert settings.CELERY_TASK_DEFAULT_QUEUE not in html, role
+    root = browser_for("root", superuser=True).get("/admin/tasks_app/task/overview/").content.decode()
+    assert "Runs waiting in the queue" in root and settings.CELERY_TASK_DEFAULT_QUEUE in root
+
+
 def test_the_overview_tolerates_redis_being_down(bag, runs, settings):
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     html = browser_for("root", superuser=True).get("/admin/tasks_app/task/overview/").content.decode()

@@ -89,3 +89,55 @@ def test_prometheus_scrapes_every_web_and_worker_pod_on_the_port_that_serves_its
         assert volume["emptyDir"] == {}, role
     worker = found["Deployment/agentserver-worker"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "WORKER_METRICS_PORT", "value": "9808"} in worker["env"]
+
+
+# --- metrics: never open to anyone (docs/operations.md, "Who may read the metrics") -------------
+
+
+def every_value(node) -> list:
+    if isinstance(node, dict):
+        return [v for value in node.values() for v in every_value(value)] + list(node)
+    if isinstance(node, list):
+        return [v for value in node for v in every_value(value)]
+    return [node]
+
+
+def test_compose_serves_metrics_only_inside_its_network_and_only_to_a_bearer_of_the_token():
+    document = compose()
+    for name in ("web", "worker", "beat", "groups"):
+        environment = document["services"][name]["environment"]
+        assert environment["METRICS_ENABLED"] == "${METRICS_ENABLED:-1}", name
+        # From the operator's environment, never a value of the file's own: unset, web refuses.
+        assert environment["METRICS_TOKEN"] == "${METRICS_TOKEN:-}", name
+        assert "METRICS_PUBLIC" not in environment and environment["DJANGO_DEBUG"] == "${DJANGO_DEBUG:-0}", name
+    assert "ports" not in document["services"]["web"]  # only the proxy publishes a port ...
+    conf = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert "location = /metrics {\n            return 404;\n        }" in conf  # ... and it refuses /metrics
+
+
+def test_kubernetes_pods_require_the_metrics_token_from_a_secret_and_prometheus_sends_it():
+    found = manifests()
+    reference = {"secretKeyRef": {"name": "agentserver-metrics", "key": "token"}}
+    for role in ("web", "worker"):
+        container = found[f"Deployment/agentserver-{role}"]["spec"]["template"]["spec"]["containers"][0]
+        token = next(e for e in container["env"] if e["name"] == "METRICS_TOKEN")
+        assert token == {"name": "METRICS_TOKEN", "valueFrom": reference}, role  # not optional: no pod without it
+    # No token or way around it is shipped in the manifests themselves.
+    assert "Secret/agentserver-metrics" not in found
+    for document in found.values():
+        assert "METRICS_TOKEN" not in document.get("data", {}) and "METRICS_TOKEN" not in document.get("stringData", {})
+        assert "METRICS_PUBLIC" not in every_value(document)
+    monitor = yaml.safe_load((ROOT / "deploy" / "k8s" / "monitoring.yaml").read_text())
+    assert monitor["kind"] == "PodMonitor" and monitor["spec"]["selector"]["matchLabels"] == {"app": "agentserver"}
+    endpoints = {e["port"]: e for e in monitor["spec"]["podMetricsEndpoints"]}
+    ports = {
+        role: found[f"Deployment/agentserver-{role}"]["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"]
+        for role in ("web", "worker")
+    }
+    assert set(endpoints) == set(ports.values())
+    for endpoint in endpoints.values():
+        assert endpoint["path"] == "/metrics"
+        assert endpoint["authorization"] == {
+            "type": "Bearer",
+            "credentials": {"name": "agentserver-metrics", "key": "token"},
+        }

@@ -176,6 +176,17 @@ def test_the_admin_overview_lists_the_executors_and_why_a_plugin_was_not_loaded(
     assert "Server extensions" in page and "acme_agents:Sparkle" in page and "tasks_app.executors.timestamp" in page
 
 
+@pytest.mark.django_db
+def test_a_tenant_member_s_overview_lists_the_executors_but_not_why_plugins_failed_to_load(installed, tenant):
+    from tests.test_admin_detail import browser_for
+
+    for role in ("owner", "viewer"):
+        page = browser_for(f"member-{role}", tenant=tenant, role=role).get("/admin/tasks_app/task/overview/")
+        html = page.content.decode()
+        assert page.status_code == 200 and "Executors" in html and "acme_agents:Shouter" in html, role
+        assert "Not loaded" not in html and "libfrobnicate" not in html and "not loaded:" not in html, role
+
+
 def test_a_starting_process_loads_installed_plugins_and_logs_the_broken_ones(site):
     # A process of its own (as a web or worker process starts): nothing of this test's
     # imports, only what is installed on its path.

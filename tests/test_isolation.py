@@ -241,6 +241,35 @@ def test_list_tasks_shows_each_caller_its_own_tasks_and_an_anonymous_caller_none
             assert body["result"]["totalSize"] == len(listed)
 
 
+@pytest.mark.parametrize("reserved", ["anonymous", "Anonymous", "shared"])
+def test_an_anonymous_caller_s_tasks_are_listed_to_no_key_not_even_one_naming_a_reserved_principal(
+    client, world, tasks, reserved
+):
+    """Keys cannot be made with a name the server gives a principal; one made before that rule
+    (here written straight to the store) is refused, so it never lists the anonymous tasks."""
+    from accounts.models import ApiKey, Tenant
+    from accounts.services import AccountError, api_key_create
+
+    tenant = Tenant.objects.get(slug="ta")
+    with pytest.raises(AccountError, match="must not be"):
+        api_key_create(tenant=tenant, name="reserved", principal=reserved)
+    legacy, plaintext = api_key_create(tenant=tenant, name="legacy")
+    ApiKey.objects.filter(pk=legacy.pk).update(principal=reserved)
+    anonymous = {t.task_id for t in tasks if t.owner.anonymous}
+    assert anonymous
+    status, body, _ = call(client, "/agents/ta/open/", "ListTasks", {}, Caller("legacy", plaintext, "/agents/ta/open/"))
+    assert status == 401 and body["error"]["message"] == "the API key is not valid (unknown, revoked or expired)"
+    status, _, _ = call(
+        client, "/agents/ta/open/", "GetTask", {"id": next(iter(anonymous))}, Caller("legacy", plaintext, "")
+    )
+    assert status == 401
+    for caller in world:
+        if caller.anonymous:
+            continue
+        status, body, _ = call(client, caller.agent, "ListTasks", {"historyLength": 10}, caller)
+        assert status == 200 and not {t["id"] for t in body["result"]["tasks"]} & anonymous, caller.name
+
+
 def test_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_limited_to(client, world):
     paths = ["/agents/ta/echo/", "/agents/ta/open/", "/agents/tb/echo/", "/agents/tb/other/"]
     allowed = {
