@@ -109,8 +109,8 @@ def test_in_0_3_the_cap_is_the_server_s_quota_error_and_the_list_is_bounded_by_i
 def test_in_0_1_a_task_has_one_config_which_set_replaces_so_the_cap_is_never_in_the_way(
     client,
     tenant,
-    seed_agent,
-    alice_key,  # noqa: F811
+    seed_agent,  # noqa: F811
+    alice_key,
 ):
     limits(tenant, max_push_configs_per_task=1)
     v01 = V01Client(client)
@@ -135,8 +135,8 @@ def aip_set(client, key, task_id, config_id=None):
 def test_aip_set_on_a_task_at_its_cap_is_refused_with_the_reason_in_data(
     client,
     tenant,
-    planner,
-    alice_key,  # noqa: F811
+    planner,  # noqa: F811
+    alice_key,
 ):
     limits(tenant, max_push_configs_per_task=1)
     task_id = aip_task_id()
@@ -150,9 +150,9 @@ def test_aip_set_on_a_task_at_its_cap_is_refused_with_the_reason_in_data(
 def test_aip_configs_set_ahead_are_capped_per_caller_and_per_task(
     client,
     tenant,
-    planner,
+    planner,  # noqa: F811
     alice_key,
-    bob_key,  # noqa: F811
+    bob_key,
 ):
     limits(tenant, max_pending_push_configs=3, max_push_configs_per_task=2)
     first, second = aip_task_id(), aip_task_id()
@@ -173,8 +173,8 @@ def test_an_expired_config_set_ahead_is_ignored_does_not_count_and_is_swept(
     client,
     settings,
     tenant,
-    planner,
-    alice_key,  # noqa: F811
+    planner,  # noqa: F811
+    alice_key,
 ):
     from push import services
     from push.tasks import sweep_deliveries
