@@ -1,5 +1,6 @@
-"""A deployment that turned metrics on without a token is told so when it starts (every
-manage.py command and daphne run the system checks), not only by the 403 its scrapes get."""
+"""A deployment that turned metrics on without a token is told so when it starts (the system
+checks of `manage.py migrate`, which every shipped deployment runs first), not only by the 403
+its scrapes get."""
 
 from __future__ import annotations
 
