@@ -8,3 +8,6 @@ class OpsConfig(AppConfig):
 
     name = "ops"
     verbose_name = "Operations"
+
+    def ready(self) -> None:
+        from . import checks  # noqa: F401 - registers the system checks

@@ -11,7 +11,9 @@ metadata service, a database on the private network, the admin on loopback. The 
 - refused: loopback, private, link-local, multicast, reserved, carrier-grade NAT and the other
   special-purpose ranges, IPv4 and IPv6, including v4-mapped/-compatible and NAT64 forms of
   them, unless `OUTBOUND_ALLOW_NETS` names the address;
-- the HTTP client (outbound.client) follows no redirects and caps what it reads.
+- the HTTP client (outbound.client) follows no redirects and caps what it reads;
+- a refusal tells the caller only that the host it gave is not allowed, the same for a name
+  that does not resolve: what a name resolves to, and why that is refused, go to the log.
 """
 
 from __future__ import annotations

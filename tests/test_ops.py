@@ -385,3 +385,12 @@ def test_a_worker_serves_no_metrics_unless_asked_or_without_a_directory_its_chil
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     assert metrics.serve_worker() is None
     assert "WORKER_METRICS_PORT is set but PROMETHEUS_MULTIPROC_DIR is not" in caplog.text
+
+
+def test_metrics_on_without_a_token_is_a_warning_at_start(settings):
+    from django.core.checks import run_checks
+
+    settings.METRICS_ENABLED, settings.METRICS_TOKEN, settings.DEBUG, settings.METRICS_PUBLIC = True, "", False, False
+    assert "ops.W001" in [m.id for m in run_checks()]
+    settings.METRICS_TOKEN = "s3cret"
+    assert "ops.W001" not in [m.id for m in run_checks()]
