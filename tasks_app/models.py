@@ -9,6 +9,7 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Agent, Tenant
+from accounts.services import ANONYMOUS_PRINCIPAL
 
 from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
 from .storable import ID_LENGTH, NAME_LENGTH
@@ -18,9 +19,9 @@ _STATE_IS_VALID = Q(state__in=TaskState.values)
 # until the agent settles it (finishes it, or asks for more input). `run_token` is kept after
 # that (late writes of the old run are refused by it), so the state is what tells.
 ACTIVE_STATES = (TaskState.SUBMITTED, TaskState.WORKING)
-# The owner of tasks created without a key (accounts.selectors.Principal.ANONYMOUS): a literal
-# here, as a partial index's condition and the statement that must match it name it.
-ANONYMOUS_OWNER = "anonymous"
+# The owner of tasks created without a key (accounts.selectors.Principal.ANONYMOUS), which a
+# partial index's condition and the statement that must match it name.
+ANONYMOUS_OWNER = ANONYMOUS_PRINCIPAL
 
 
 class Task(models.Model):
