@@ -57,6 +57,9 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str
         "STATIC_FROM_APPS": "0",
         "STATIC_ROOT": str(static_root),
         "PYTHONUNBUFFERED": "1",
+        # Django's cache is Redis: a prefix of its own, so nothing an earlier test cached there
+        # (the directory's filter choices) is served by this server.
+        "CACHE_KEY_PREFIX": f"browser-{os.getpid()}-{port}",
     }
     proc = subprocess.Popen(
         [sys.executable, "-m", *daphne_command(port)],
