@@ -11,8 +11,8 @@ The caller is the rate limit's (`auth.Caller.identity`): an API key, a bearer su
 anonymous client address, so that one anonymous client cannot take every anonymous client's
 streams.
 
-Like the rate limit, Redis is advisory: when it cannot be reached a stream is opened without
-a slot (fail open, a warning at most every 10 s, no retry for 2 s). Without Redis (the
+Like the rate limit, Redis is advisory (protocols.advisory): when it cannot be reached a
+stream is opened without a slot (fail open, a warning now and then, no retry for a moment). Without Redis (the
 embedded mode) the slots are counted in this process.
 """
 
@@ -24,24 +24,19 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 from django.conf import settings
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from tasks_app.errors import TooManyStreams
+
+from . import advisory
 
 log = logging.getLogger(__name__)
 
 KEY_PREFIX = "agentserver:streams:"
-_TIMEOUT = 0.25
-_BACKOFF = 2.0
-_WARN_EVERY = 10.0
 
 # KEYS[1]: the caller's set. ARGV: the cap, the slot, its lifetime (ms). Drops expired slots,
 # then takes one if there is room: 1, or 0 when the caller is at its cap.
@@ -111,62 +106,32 @@ class _Redis:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=_TIMEOUT,
-            socket_connect_timeout=_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=30,
-        )
-        self._take = self._client.register_script(_TAKE)
-        self._renew = self._client.register_script(_RENEW)
-        self._down_until = 0.0
-
-    async def _run(self, call: Callable[[], Awaitable[Any]]) -> Any:
-        if time.monotonic() < self._down_until:
-            return None
-        try:
-            return await asyncio.wait_for(call(), _TIMEOUT * 2)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._down_until = time.monotonic() + _BACKOFF
-            _warn_open(self.url, exc)
-            return None
+        self._redis = advisory.AdvisoryRedis(url, FAILING)
+        self._take = self._redis.client.register_script(_TAKE)
+        self._renew = self._redis.client.register_script(_RENEW)
 
     async def take(self, key: str, cap: int, slot: str) -> bool:
-        taken = await self._run(lambda: self._take(keys=[KEY_PREFIX + key], args=[cap, slot, int(ttl() * 1000)]))
+        taken = await self._redis.run(lambda: self._take(keys=[KEY_PREFIX + key], args=[cap, slot, int(ttl() * 1000)]))
         return taken is None or int(taken) == 1
 
     async def renew(self, key: str, slot: str) -> None:
-        await self._run(lambda: self._renew(keys=[KEY_PREFIX + key], args=[slot, int(ttl() * 1000)]))
+        await self._redis.run(lambda: self._renew(keys=[KEY_PREFIX + key], args=[slot, int(ttl() * 1000)]))
 
     async def give_back(self, key: str, slot: str) -> None:
-        await self._run(lambda: self._client.zrem(KEY_PREFIX + key, slot))
+        await self._redis.run(lambda: self._redis.client.zrem(KEY_PREFIX + key, slot))
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
 
 
-_last_warning = 0.0
-
-
-def _warn_open(url: str, exc: BaseException) -> None:
-    global _last_warning
-    now = time.monotonic()
-    if now - _last_warning >= _WARN_EVERY:
-        _last_warning = now
-        log.warning("stream cap: Redis unreachable (%s: %s); streams open without a slot", type(exc).__name__, exc)
-
-
+FAILING = advisory.FailOpen(log, "stream cap", "streams open without a slot")
 _local = _Local()
 _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Redis] = weakref.WeakKeyDictionary()
 
 
 def _store() -> _Local | _Redis:
     url = settings.RATE_LIMIT_REDIS_URL
-    if not url:
-        return _local
-    loop = asyncio.get_running_loop()
-    current = _by_loop.get(loop)
-    if current is None or current.url != url:
-        current = _by_loop[loop] = _Redis(url)
-    return current
+    return advisory.per_loop(_by_loop, url, _Redis) if url else _local
 
 
 class Slot:

@@ -11,11 +11,11 @@ minute's allowance at once and is then admitted at an even N/60 per second, so t
 window edge at which a fresh window's whole allowance adds to the last one's. In Redis it is
 one Lua script, one round trip, with Redis's clock so that processes agree on the time.
 
-Redis is advisory here: when it cannot be reached the request is served (fail open) and a
-warning is logged at most every `_WARN_EVERY` seconds; for `_BACKOFF` seconds after a failure
-the limiter does not even try, so a Redis that hangs costs at most one short timeout now and
-then, not one per request. Without Redis (the embedded mode) an in-process limiter with the
-same semantics counts for the one process there is.
+Redis is advisory here (protocols.advisory): when it cannot be reached the request is served
+(fail open), with a warning now and then and no retry for a moment, so a Redis that hangs
+costs at most one short timeout now and then, not one per request. Without Redis (the
+embedded mode) an in-process limiter with the same semantics counts for the one process there
+is.
 """
 
 from __future__ import annotations
@@ -29,19 +29,14 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
 from django.conf import settings
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+
+from . import advisory
 
 log = logging.getLogger(__name__)
 
 PERIOD_US = 60_000_000  # the limits are per minute
 KEY_PREFIX = "agentserver:rate:"
-_TIMEOUT = 0.25  # seconds: a limiter slower than this is not worth waiting for
-_BACKOFF = 2.0  # seconds without trying Redis after it failed
-_WARN_EVERY = 10.0
 
 # GCRA. ARGV: the limit per minute. Stored per caller: the theoretical arrival time (TAT, in
 # microseconds of Redis's clock) and the interval it was reckoned in, so that when a tenant's
@@ -106,47 +101,22 @@ class LocalLimiter:
 
 
 class RedisLimiter:
-    """GCRA in Redis: one EVALSHA per request. Use one per event loop (`limiter()`): an
-    asyncio Redis client belongs to the loop it first connected on."""
+    """GCRA in Redis: one EVALSHA per request. Use one per event loop (`limiter()`)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=_TIMEOUT,
-            socket_connect_timeout=_TIMEOUT,
-            retry=Retry(NoBackoff(), 0),  # a retry would double the wait; the next request tries again
-            health_check_interval=30,
-        )
-        self._script = self._client.register_script(_GCRA)
-        self._down_until = 0.0
+        self._redis = advisory.AdvisoryRedis(url, FAILING)
+        self._script = self._redis.client.register_script(_GCRA)
 
     async def hit(self, bucket: str, limit: int) -> Refused | None:
-        if time.monotonic() < self._down_until:
-            return None
-        try:
-            wait = await asyncio.wait_for(self._script(keys=[KEY_PREFIX + bucket], args=[limit]), _TIMEOUT * 2)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._down_until = time.monotonic() + _BACKOFF
-            _warn_open(self.url, exc)
-            return None
-        return Refused(limit, retry_after_seconds(int(wait))) if int(wait) > 0 else None
+        wait = await self._redis.run(lambda: self._script(keys=[KEY_PREFIX + bucket], args=[limit]))
+        return Refused(limit, retry_after_seconds(int(wait))) if wait is not None and int(wait) > 0 else None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._redis.aclose()
 
 
-_last_warning = 0.0
-
-
-def _warn_open(url: str, exc: BaseException) -> None:
-    global _last_warning
-    now = time.monotonic()
-    if now - _last_warning >= _WARN_EVERY:
-        _last_warning = now
-        log.warning("rate limiter: Redis unreachable (%s: %s); serving requests unthrottled", type(exc).__name__, exc)
-
-
+FAILING = advisory.FailOpen(log, "rate limiter", "serving requests unthrottled")
 _local = LocalLimiter()
 _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisLimiter] = weakref.WeakKeyDictionary()
 
@@ -154,13 +124,7 @@ _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RedisLimiter] = w
 def limiter() -> Limiter:
     """This event loop's limiter: Redis's when the site has Redis, else this process's."""
     url = settings.RATE_LIMIT_REDIS_URL
-    if not url:
-        return _local
-    loop = asyncio.get_running_loop()
-    current = _by_loop.get(loop)
-    if current is None or current.url != url:
-        current = _by_loop[loop] = RedisLimiter(url)
-    return current
+    return advisory.per_loop(_by_loop, url, RedisLimiter) if url else _local
 
 
 def limit_for(tenant: Any, identity: str) -> int:

@@ -165,7 +165,7 @@ def test_when_redis_is_down_requests_are_served_and_one_warning_is_logged(
 ):
     from protocols import throttle
 
-    throttle._last_warning = 0.0
+    throttle.FAILING.last_warning = 0.0
     settings.RATE_LIMIT_REDIS_URL = f"redis://127.0.0.1:{closed_port()}/0"
     limits(tenant, rate_limit_per_minute=1)
     with caplog.at_level(logging.WARNING, logger="protocols.throttle"):

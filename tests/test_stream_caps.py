@@ -250,7 +250,7 @@ def test_two_web_processes_count_one_caller_s_slots_together(settings):
         await stores[0].give_back("t:key:1", "a")
         taken.append(await stores[1].take("t:key:1", 2, "c"))
         for store in stores:
-            await store._client.aclose()
+            await store.aclose()
         return taken
 
     assert run(scenario()) == [True, True, False, True]
