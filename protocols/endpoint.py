@@ -33,7 +33,7 @@ from tasks_app.errors import (
     STORE_ERRORS,
     STORE_RETRY_AFTER,
     DomainError,
-    TooManyActiveTasks,
+    RetryLater,
 )
 
 from . import auth, dialects, extensions, jsonrpc, metrics, throttle
@@ -236,7 +236,7 @@ async def _call(
         seen.outcome = exc.reason or type(exc).__name__
         # Before a dialect is known (VersionNotSupported), the default's form.
         dialect_error = (dialect or dialects.default()).error
-        if isinstance(exc, TooManyActiveTasks):
+        if isinstance(exc, RetryLater):
             extra = {**extra, "Retry-After": str(exc.retry_after)}
         return binding.error(incoming, exc, dialect_error, request, extra)
     except STORE_ERRORS as exc:

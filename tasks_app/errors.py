@@ -77,20 +77,21 @@ class VersionNotSupported(DomainError):
 AGENTSERVER_ERROR_DOMAIN = "agentserver"
 
 
-class TooManyActiveTasks(DomainError):
-    """The tenant has as many tasks queued or running as it may: try again once some finish
-    (the endpoint answers HTTP 429 with Retry-After). Nothing of the refused message is stored."""
+class RetryLater(DomainError):
+    """A cap that frees up by itself: try again in `retry_after` seconds (the endpoint answers
+    HTTP 429 with Retry-After, the code of a rate limit). Nothing of the refused call is stored."""
 
-    code, reason, domain, default_message = (
-        -32029,
-        "TOO_MANY_ACTIVE_TASKS",
-        AGENTSERVER_ERROR_DOMAIN,
-        "too many active tasks",
-    )
+    code, domain = -32029, AGENTSERVER_ERROR_DOMAIN
 
     def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
         super().__init__(message)
         self.retry_after = max(1, retry_after)
+
+
+class TooManyActiveTasks(RetryLater):
+    """The tenant has as many tasks queued or running as it may: try again once some finish."""
+
+    reason, default_message = "TOO_MANY_ACTIVE_TASKS", "too many active tasks"
 
 
 class StorageQuotaExceeded(DomainError):
@@ -105,9 +106,8 @@ class StorageQuotaExceeded(DomainError):
     )
 
 
-class TooManyStreams(TooManyActiveTasks):
-    """The caller has as many SSE streams open as it may: try again once one ends (HTTP 429
-    with Retry-After, the code of the cap on active tasks)."""
+class TooManyStreams(RetryLater):
+    """The caller has as many SSE streams open as it may: try again once one ends."""
 
     reason, default_message = "TOO_MANY_STREAMS", "too many open streams"
 

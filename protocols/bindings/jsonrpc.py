@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks_app.errors import DomainError, TooManyActiveTasks
+from tasks_app.errors import DomainError, RetryLater
 
 from .. import jsonrpc
 from ..exchange import EventStream
@@ -57,8 +57,8 @@ class JsonRpcBinding:
         request: AgentRequest,
         headers: dict[str, str],
     ) -> Reply:
-        # A cap on active tasks is a "try later" (with Retry-After): 429, as for a rate limit.
-        status = 429 if isinstance(exc, TooManyActiveTasks) else 200
+        # A cap that frees up by itself is a "try later" (with Retry-After): 429, as a rate limit.
+        status = 429 if isinstance(exc, RetryLater) else 200
         return Reply(status, dialect_error(incoming.id if incoming else None, exc), headers)
 
     def streamed(
