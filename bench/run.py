@@ -41,7 +41,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 import load  # noqa: E402  (bench/load.py)
 
-SIDES = ("ours", "peer")
+SIDES = ("ours", "peer")  # what --only picks from; "bare" (the ceiling) runs beside them
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -170,11 +170,13 @@ class Proc:
         return "\n".join(lines[-n:])
 
 
-def run_checked(argv: list[str], logfile: Path, env: dict | None = None, timeout: float = 300.0) -> str:
+def run_checked(
+    argv: list[str], logfile: Path, env: dict | None = None, timeout: float = 300.0, cwd: Path = REPO
+) -> str:
     """Run a setup command to completion; return its stdout; raise with the log tail on failure."""
     log(f"running: {shlex.join(argv)}")
     r = subprocess.run(
-        argv, cwd=str(REPO), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
+        argv, cwd=str(cwd), env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout
     )
     with open(logfile, "a") as f:
         f.write(f"$ {shlex.join(argv)}\n{r.stdout}{r.stderr}\n")
@@ -477,11 +479,13 @@ def ours_env(a) -> dict:
     return env
 
 
-def start_ours(a, logdir: Path) -> Side:
-    side = Side("ours")
-    py = REPO / ".venv" / "bin" / "python"
-    if not (REPO / "manage.py").exists():
-        raise RuntimeError("manage.py not found: our server is not there yet")
+def start_ours(a, logdir: Path, *, repo: Path = REPO, name: str = "ours") -> Side:
+    """Our daphne and Celery worker from the checkout ``repo`` (bench/ab.py passes a worktree of
+    another commit, with the same venv), on ``a``'s port, database and Redis db."""
+    side = Side(name)
+    py = repo / ".venv" / "bin" / "python"
+    if not (repo / "manage.py").exists():
+        raise RuntimeError(f"manage.py not found in {repo}: our server is not there yet")
     env = ours_env(a)
     if a.ours_external:
         if not a.api_key:
@@ -491,9 +495,9 @@ def start_ours(a, logdir: Path) -> Side:
         require_free_port(a.ours_port, "server, e.g. a dev `make run`", "--ours-port")
         ensure_database(a.database_url, fresh=not a.keep_db)
         flush_redis(a.redis_url)
-        setup_log = logdir / "ours-setup.log"
-        run_checked([str(py), "manage.py", "migrate", "--noinput"], setup_log, env)
-        out = run_checked([str(py), "manage.py", "seed_demo", "--json"], setup_log, env)
+        setup_log = logdir / f"{name}-setup.log"
+        run_checked([str(py), "manage.py", "migrate", "--noinput"], setup_log, env, cwd=repo)
+        out = run_checked([str(py), "manage.py", "seed_demo", "--json"], setup_log, env, cwd=repo)
         seed = None
         for line in reversed(out.strip().splitlines()):
             line = line.strip()
@@ -504,8 +508,8 @@ def start_ours(a, logdir: Path) -> Side:
             raise RuntimeError(f"seed_demo --json printed no JSON object:\n{out[-2000:]}")
         worker = shlex.split(a.worker_cmd)
         web = shlex.split(a.web_cmd.format(port=a.ours_port))
-        side.procs.append(Proc("ours-worker", worker, logdir / "ours-worker.log", env))
-        side.procs.append(Proc("ours-web", web, logdir / "ours-web.log", env))
+        side.procs.append(Proc(f"{name}-worker", worker, logdir / f"{name}-worker.log", env, cwd=repo))
+        side.procs.append(Proc(f"{name}-web", web, logdir / f"{name}-web.log", env, cwd=repo))
     path = seed.get("agents", {}).get("echo") or a.ours_agent_path
     url = f"http://127.0.0.1:{a.ours_port}{path}"
     side.target = load.Target(url, seed.get("api_key"), seed.get("api_key_header") or "X-API-Key")
@@ -519,6 +523,83 @@ def start_ours(a, logdir: Path) -> Side:
     card = path.rstrip("/") + "/.well-known/agent-card.json"
     side.info["card"] = wait_ready(side.target, [card, "/.well-known/agent-card.json"], side.procs, a.ready_timeout)
     return side
+
+
+def start_bare(a, logdir: Path) -> Side:
+    """The ceiling: bench/bare.py (a Django async view, no middleware, no database) on one
+    daphne process, from our venv."""
+    side = Side("bare")
+    require_free_port(a.bare_port, "bare view", "--bare-port")
+    daphne = REPO / ".venv" / "bin" / "daphne"
+    argv = [str(daphne), "-v", "0", "-b", "127.0.0.1", "-p", str(a.bare_port), "bare:application"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    side.procs.append(Proc("bare", argv, logdir / "bare.log", env, cwd=BENCH_DIR))
+    url = f"http://127.0.0.1:{a.bare_port}/"
+    side.target = load.Target(url)
+    side.info = {"url": url, "argv": argv}
+    wait_ready(side.target, ["/.well-known/agent-card.json"], side.procs, a.ready_timeout)
+    return side
+
+
+def measure(side: Side, mode: str, c: int, a, all_sessions: dict[str, int], db_url: str | None) -> dict:
+    """One point against one running server: the load, the drain of an immediate point, and the
+    CPU of the server's processes, Postgres and Redis over it, per request."""
+    s = side.name
+    for p in side.procs:
+        if not p.alive():
+            raise RuntimeError(f"{p.name} died (exit {p.p.returncode}):\n{p.tail()}")
+    pg_before = pg_stats({s: db_url}) if db_url else {}
+    before = cpu_snapshot(all_sessions)
+    r = asyncio.run(load.run_load(side.target, mode, c, a.duration, a.warmup, a.requests, a.timeout))
+    if mode == "immediate" and r.get("last_task_id"):
+        # the accepted tasks still run after the window: wait until the last one
+        # is done (bounded), so their cost is counted and does not leak into the
+        # next point
+        waited, st = asyncio.run(load.wait_task_terminal(side.target, r["last_task_id"], a.drain_timeout))
+        r["drain_s"] = round(waited, 2)
+        r["drain_last_state"] = st
+        if st not in load.TERMINAL_STATES:
+            log(
+                f"{s}: the last accepted task is still {st} after {waited:.0f}s "
+                "(--drain-timeout); the next point starts with a backlog"
+            )
+    drain_unfinished = mode == "immediate" and r.get("drain_last_state") not in load.TERMINAL_STATES
+    after = cpu_snapshot(all_sessions)
+    d = cpu_delta(before, after)
+    pg_after = pg_stats({s: db_url}) if db_url else {}
+    if s in pg_before and s in pg_after:
+        # the psql probe itself is one session and one or two transactions
+        r["pg_per_request"] = {
+            k: round((pg_after[s][k] - pg_before[s][k]) / max(1, r["all_successes"]), 2) for k in PG_STAT_COLS
+        }
+    names = [p.name for p in side.procs]
+    server_cpu = sum(d.get(n, 0.0) for n in names)
+    total = d.get("_busy", 0) + d.get("_idle", 0) + d.get("_steal", 0)
+    # CPU from the start of warm-up to the end (incl. drain), divided by every
+    # success in that time (warm-up and window)
+    n_est = max(1, r["all_successes"])
+    r.update(
+        {
+            "side": s,
+            "server_cpu_s": round(server_cpu, 3),
+            "server_cpu_by_process_s": {n: d.get(n) for n in names},
+            "server_cpu_ms_per_req": round(1000 * server_cpu / n_est, 3),
+            "postgres_cpu_s": d.get("postgres"),
+            "postgres_cpu_ms_per_req": round(1000 * d.get("postgres", 0) / n_est, 3),
+            "redis_cpu_s": d.get("redis"),
+            "total_cpu_ms_per_req": round(1000 * (server_cpu + d.get("postgres", 0) + d.get("redis", 0)) / n_est, 3),
+            # tasks finished per second, start of warm-up to end of drain: for the
+            # immediate mode the rate the server can sustain, not just accept
+            "done_per_s": None
+            if drain_unfinished
+            else round(r["all_successes"] / max(1e-9, r["wall_s"] + r.get("drain_s", 0.0)), 2),
+            "machine_busy_pct": round(100 * d.get("_busy", 0) / total, 1) if total else None,
+            "steal_pct": round(100 * d.get("_steal", 0) / total, 1) if total else None,
+        }
+    )
+    r.pop("url", None)
+    return r
 
 
 # --------------------------------------------------------------------------- #
@@ -567,52 +648,52 @@ def summarize(results: list[dict]) -> list[dict]:
     return rows
 
 
+def _summary_table(pts: dict, sides: list[str]) -> list[str]:
+    """Per point: each server's req/s and p99, then ours/peer and ours/bare where both ran."""
+    ratios = [(o, b) for o, b in (("ours", "peer"), ("ours", "bare")) if o in sides and b in sides]
+    head = ["mode", "conc"]
+    for s in sides:
+        head += [f"{s} req/s", f"{s} p99 ms", f"{s} CPU ms/req"]
+    for o, b in ratios:
+        head += [f"**req/s {o}/{b}**", f"**p99 {o}/{b}**", f"**CPU/req {o}/{b}**"]
+        if b == "peer":
+            head.append(f"**done/s {o}/{b}**")
+    head += [f"errors {s}" for s in sides]
+    out = ["| " + " | ".join(head) + " |", "|---|" + "--:|" * (len(head) - 1)]
+    for (mode, c), d in pts.items():
+
+        def g(side, k, _d=d):
+            row = _d.get(side)
+            return None if row is None else row.get(k)
+
+        cells = [mode, str(c)]
+        for s in sides:
+            cells += [_fmt(g(s, "rps")), _fmt(g(s, "p99_ms")), _fmt(g(s, "total_cpu_ms_per_req"), 2)]
+        for o, b in ratios:
+            cells += [
+                f"**{_ratio(g(o, 'rps'), g(b, 'rps'))}**",
+                f"**{_ratio(g(o, 'p99_ms'), g(b, 'p99_ms'))}**",
+                f"**{_ratio(g(o, 'total_cpu_ms_per_req'), g(b, 'total_cpu_ms_per_req'))}**",
+            ]
+            if b == "peer":
+                cells.append(f"**{_ratio(g(o, 'done_per_s'), g(b, 'done_per_s'))}**")
+        cells += [_fmt(g(s, "errors"), 0) for s in sides]
+        out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def markdown(results: list[dict], sides: list[str]) -> str:
     summary = summarize(results)
     rounds = max((row["rounds"] for row in summary), default=1)
     pts: dict = {}
     for row in summary:
         pts.setdefault((row["mode"], row["concurrency"]), {})[row["side"]] = row
-    both = len(sides) == 2
     out = []
     if rounds > 1:
         out.append(f"Figures below the first table are per round; the first table shows the median of {rounds} rounds.")
         out.append("")
-    if both:
-        out.append(
-            "| mode | conc | ours req/s | peer req/s | **req/s ours/peer** | ours p50 ms "
-            "| peer p50 ms | ours p99 ms | peer p99 ms | **p99 ours/peer** "
-            "| **CPU/req ours/peer** | **done/s ours/peer** | errors ours | errors peer |"
-        )
-        out.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-        for (mode, c), d in pts.items():
-            o, p = d.get("ours"), d.get("peer")
-            g = lambda r, k: None if r is None else r.get(k)  # noqa: E731
-            out.append(
-                f"| {mode} | {c} | {_fmt(g(o, 'rps'))} | {_fmt(g(p, 'rps'))} | "
-                f"**{_ratio(g(o, 'rps'), g(p, 'rps'))}** | {_fmt(g(o, 'p50_ms'))} | "
-                f"{_fmt(g(p, 'p50_ms'))} | {_fmt(g(o, 'p99_ms'))} | {_fmt(g(p, 'p99_ms'))} | "
-                f"**{_ratio(g(o, 'p99_ms'), g(p, 'p99_ms'))}** | "
-                f"**{_ratio(g(o, 'total_cpu_ms_per_req'), g(p, 'total_cpu_ms_per_req'))}** | "
-                f"**{_ratio(g(o, 'done_per_s'), g(p, 'done_per_s'))}** | "
-                f"{_fmt(g(o, 'errors'), 0)} | "
-                f"{_fmt(g(p, 'errors'), 0)} |"
-            )
-        out.append("")
-    else:
-        out.append(
-            "| server | mode | conc | req/s | done/s | p50 ms | p90 ms | p99 ms | max ms | total CPU ms/req | errors |"
-        )
-        out.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-        for row in summary:
-            out.append(
-                f"| {row['side']} | {row['mode']} | {row['concurrency']} | {_fmt(row['rps'])} | "
-                f"{_fmt(row['done_per_s'])} | "
-                f"{_fmt(row['p50_ms'])} | {_fmt(row['p90_ms'])} | {_fmt(row['p99_ms'])} | "
-                f"{_fmt(row['max_ms'])} | {_fmt(row['total_cpu_ms_per_req'], 2)} | "
-                f"{row['errors']} |"
-            )
-        out.append("")
+    out.extend(_summary_table(pts, sides))
+    out.append("")
     out.append(
         "| server | round | mode | conc | requests | errors | req/s | p50 ms | p90 ms "
         "| p99 ms | max ms | server CPU ms/req | postgres CPU ms/req | total CPU ms/req "
@@ -652,7 +733,9 @@ def parse_args(argv=None):
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     g = p.add_argument_group("what to run")
-    g.add_argument("--only", choices=SIDES, help="benchmark one server only")
+    g.add_argument("--only", choices=SIDES, help="benchmark one server only (and the bare view, unless --no-bare)")
+    g.add_argument("--no-bare", action="store_true", help="do not run the ceiling (bench/bare.py) beside the servers")
+    g.add_argument("--bare-port", type=int, default=8012, help="where the bare view listens")
     g.add_argument(
         "--modes", default="immediate,blocking", help="comma list of immediate (returnImmediately:true) and blocking"
     )
@@ -745,6 +828,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"unknown mode {m!r}; use {load.MODES}")
     conc = [int(x) for x in a.concurrency.split(",") if x.strip()]
     sides = [a.only] if a.only else list(SIDES)
+    if not a.no_bare:
+        sides.append("bare")
     if a.uvloop and not load.install_uvloop():
         log("uvloop not importable; client stays on asyncio")
         a.uvloop = False
@@ -797,7 +882,8 @@ def main(argv=None) -> int:
     rc = 0
     try:
         for s in sides:
-            side = start_peer(a, logdir) if s == "peer" else start_ours(a, logdir)
+            starter = {"peer": start_peer, "ours": start_ours, "bare": start_bare}[s]
+            side = starter(a, logdir)
             running[s] = side
         for s in sides:
             side = running[s]
@@ -815,65 +901,8 @@ def main(argv=None) -> int:
             order = sides if point % 2 == 0 else list(reversed(sides))
             point += 1
             for s in order:
-                side = running[s]
-                for p in side.procs:
-                    if not p.alive():
-                        raise RuntimeError(f"{p.name} died (exit {p.p.returncode}):\n{p.tail()}")
-                pg_before = pg_stats({s: db_urls[s]}) if db_urls.get(s) else {}
-                before = cpu_snapshot(all_sessions)
-                r = asyncio.run(load.run_load(side.target, mode, c, a.duration, a.warmup, a.requests, a.timeout))
-                if mode == "immediate" and r.get("last_task_id"):
-                    # the accepted tasks still run after the window: wait until the last one
-                    # is done (bounded), so their cost is counted and does not leak into the
-                    # next point
-                    waited, st = asyncio.run(load.wait_task_terminal(side.target, r["last_task_id"], a.drain_timeout))
-                    r["drain_s"] = round(waited, 2)
-                    r["drain_last_state"] = st
-                    if st not in load.TERMINAL_STATES:
-                        log(
-                            f"{s}: the last accepted task is still {st} after {waited:.0f}s "
-                            "(--drain-timeout); the next point starts with a backlog"
-                        )
-                drain_unfinished = mode == "immediate" and r.get("drain_last_state") not in load.TERMINAL_STATES
-                after = cpu_snapshot(all_sessions)
-                d = cpu_delta(before, after)
-                pg_after = pg_stats({s: db_urls[s]}) if db_urls.get(s) else {}
-                if s in pg_before and s in pg_after:
-                    # the psql probe itself is one session and one or two transactions
-                    r["pg_per_request"] = {
-                        k: round((pg_after[s][k] - pg_before[s][k]) / max(1, r["all_successes"]), 2)
-                        for k in PG_STAT_COLS
-                    }
-                names = [p.name for p in side.procs]
-                server_cpu = sum(d.get(n, 0.0) for n in names)
-                total = d.get("_busy", 0) + d.get("_idle", 0) + d.get("_steal", 0)
-                # CPU from the start of warm-up to the end (incl. drain), divided by every
-                # success in that time (warm-up and window)
-                n_est = max(1, r["all_successes"])
-                r.update(
-                    {
-                        "side": s,
-                        "server_cpu_s": round(server_cpu, 3),
-                        "server_cpu_by_process_s": {n: d.get(n) for n in names},
-                        "server_cpu_ms_per_req": round(1000 * server_cpu / n_est, 3),
-                        "postgres_cpu_s": d.get("postgres"),
-                        "postgres_cpu_ms_per_req": round(1000 * d.get("postgres", 0) / n_est, 3),
-                        "redis_cpu_s": d.get("redis"),
-                        "total_cpu_ms_per_req": round(
-                            1000 * (server_cpu + d.get("postgres", 0) + d.get("redis", 0)) / n_est, 3
-                        ),
-                        # tasks finished per second, start of warm-up to end of drain: for the
-                        # immediate mode the rate the server can sustain, not just accept
-                        "done_per_s": None
-                        if drain_unfinished
-                        else round(r["all_successes"] / max(1e-9, r["wall_s"] + r.get("drain_s", 0.0)), 2),
-                        "point": point,
-                        "round": rnd,
-                        "machine_busy_pct": round(100 * d.get("_busy", 0) / total, 1) if total else None,
-                        "steal_pct": round(100 * d.get("_steal", 0) / total, 1) if total else None,
-                    }
-                )
-                r.pop("url", None)
+                r = measure(running[s], mode, c, a, all_sessions, db_urls.get(s))
+                r.update({"point": point, "round": rnd})
                 results.append(r)
                 log(f"{s:<4} " + load.format_line(r) + (f" drain={r['drain_s']}s" if "drain_s" in r else ""))
                 time.sleep(a.pause)
