@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import threading
 import uuid
 import weakref
 from collections.abc import AsyncIterator
@@ -23,46 +21,14 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from . import redis_lines
+
 log = logging.getLogger(__name__)
 
 CHANNEL_PREFIX = "agentserver:task:"
 # Hints published here were already handed to this process's listeners in-process; the
 # listener drops their Redis echo, which would cost every local stream one more read.
 _ORIGIN = uuid.uuid4().hex[:12]
-
-# Each thread publishes on a connection of its own, outside any client or pool: a PUBLISH
-# through redis.Redis (pool checkout, retry wrapper, health checks) cost ~115 us of CPU, on
-# the bare connection ~35 us, and a worker publishes twice per run.
-_local = threading.local()
-
-
-def _connection() -> Any:
-    """This thread's publishing connection (a new one after a fork: never share a socket)."""
-    pid = os.getpid()
-    owned = getattr(_local, "owned", None)
-    if owned is None or owned[0] != pid:
-        if not settings.REDIS_URL:
-            return None
-        # A pool only to turn the URL into the right kind of connection; it is not kept.
-        factory = redis.ConnectionPool.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30
-        )
-        owned = _local.owned = (pid, factory.make_connection())
-    return owned[1]
-
-
-def _send(connection: redis.connection.AbstractConnection, channel: str, data: bytes) -> None:
-    # A connection that went stale (Redis restarted, idle timeout) fails once; the retry
-    # connects afresh, as the client's own retry would.
-    for attempt in (1, 2):
-        try:
-            connection.send_command("PUBLISH", channel, data)
-            connection.read_response()
-            return
-        except (redis.ConnectionError, redis.TimeoutError):
-            connection.disconnect()
-            if attempt == 2:
-                raise
 
 
 def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
@@ -73,10 +39,10 @@ def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
     task_id = str(task_id)
     for listener in list(_listeners):
         listener.wake_threadsafe(task_id, state)
-    connection = None if local_only else _connection()
-    if connection is not None:
+    line = None if local_only else redis_lines.connection(settings.REDIS_URL)
+    if line is not None:
         try:
-            _send(connection, CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
+            redis_lines.command(line, "PUBLISH", CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
         except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
             log.warning("hint for task %s not published: %s", task_id, exc)
 

@@ -379,6 +379,9 @@ class LoggedEvent(NamedTuple):
 
 def events_after(task_id: Any, seq: int, *, limit: int = 500) -> list[LoggedEvent]:
     """The task's events after `seq`, oldest first (served by the (task, seq) unique index)."""
+    if sql.available():
+        found = sql.execute(sql.EVENTS_AFTER, {"task_id": str(task_id), "seq": seq, "limit": limit})
+        return [LoggedEvent(row_seq, kind, sql.loads(payload)) for row_seq, kind, payload in found]
     rows = (
         TaskEvent.objects.filter(task_id=task_id, seq__gt=seq)
         .order_by("seq")

@@ -206,13 +206,13 @@ def _room_check(*, tenant_id: int, caps: _Caps) -> None:
         stored = TenantStorage.objects.filter(tenant_id=tenant_id).values_list("stored_bytes", flat=True).first()
         if stored is not None and stored >= caps.max_stored:
             raise _storage_used_up(caps)
+    # SQLite (the embedded mode) keeps no ActiveTaskCount: its tasks are counted, at most as
+    # many as the cap.
     if caps.max_active:
-        # At most `max_active` entries of the partial index `tasks_task_active`.
         active = Task.objects.filter(tenant_id=tenant_id, state__in=ACTIVE_STATES)[: caps.max_active].count()
         if active >= caps.max_active:
             raise _too_many_active(caps)
     if caps.max_anonymous:
-        # At most `max_anonymous` entries of the partial index `tasks_task_active_anonymous`.
         anonymous = Task.objects.filter(tenant_id=tenant_id, state__in=ACTIVE_STATES, owner=ANONYMOUS_OWNER)
         if anonymous[: caps.max_anonymous].count() >= caps.max_anonymous:
             raise _too_many_anonymous(caps)
@@ -279,26 +279,30 @@ def message_receive(
             _enqueue_run(task)
         return task, stored
     # A new task: the hot path. Nothing to lock or check, so it is inserts only.
-    task = Task(
-        id=new_task_id or uuid.uuid4(),
-        tenant_id=agent.tenant_id,
-        agent=agent,
-        owner=principal.name,
-        client_task_id=client_task_id,
-        context_id=message.context_id or str(uuid.uuid4()),
-        dialect=dialect,
-        state=TaskState.SUBMITTED,
-        status_timestamp=now,
-        metadata=metadata or {},
-        accepted_output_modes=accepted_output_modes or [],
-        input_timeout=limits.input_timeout if limits else None,
-        completion_timeout=limits.completion_timeout if limits else None,
-        products_max_bytes=limits.products_max_bytes if limits else None,
-        last_seq=1,
-        message_count=1,
-        created_at=now,
-        updated_at=now,
+    task = sql.made(
+        Task,
+        {
+            "id": new_task_id or uuid.uuid4(),
+            "tenant_id": agent.tenant_id,
+            "agent_id": agent.pk,
+            "owner": principal.name,
+            "client_task_id": client_task_id,
+            "context_id": message.context_id or str(uuid.uuid4()),
+            "dialect": dialect,
+            "state": TaskState.SUBMITTED,
+            "status_timestamp": now,
+            "metadata": metadata or {},
+            "accepted_output_modes": accepted_output_modes or [],
+            "input_timeout": limits.input_timeout if limits else None,
+            "completion_timeout": limits.completion_timeout if limits else None,
+            "products_max_bytes": limits.products_max_bytes if limits else None,
+            "last_seq": 1,
+            "message_count": 1,
+            "created_at": now,
+            "updated_at": now,
+        },
     )
+    task.agent = agent  # read by what follows: no query for it
     _run_request(task, now)
     payload = _status_payload(TaskState.SUBMITTED, None, now)
     if sql.available():
@@ -401,9 +405,11 @@ def _task_insert_in_one_statement(
     caps: _Caps,
     activated_extensions: list[dict[str, Any]] | None,
 ) -> Message:
-    stored = Message(task=task, created_at=now, **_message_fields(message, task.context_id, activated_extensions))
-    status = StatusChange(task=task, state=task.state, message=None, reason="", timestamp=now)
-    event = TaskEvent(task=task, seq=1, kind=EventKind.STATUS, payload=payload, created_at=now)
+    fields = _message_fields(message, task.context_id, activated_extensions)
+    stored: Message = sql.made(Message, {"task_id": task.pk, "created_at": now, **fields})
+    stored.task = task
+    status = {"state": task.state, "message_id": None, "reason": "", "timestamp": now}
+    event = {"seq": 1, "kind": EventKind.STATUS, "payload": payload, "created_at": now}
     params = sql.new_task_params(
         task,
         stored,

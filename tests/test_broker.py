@@ -38,7 +38,9 @@ def test_a_consumed_message_leaves_no_unacked_copy_in_redis():
     client.delete("agentserver-test-broker")
 
 
-def test_a_run_is_published_to_the_queue_list_the_workers_pop_without_declaring_it(monkeypatch):
+def test_a_job_is_published_to_the_queue_list_the_workers_pop_without_declaring_it(monkeypatch):
+    # A run goes to the list without Celery's producer (tests/test_dispatch.py); the other jobs
+    # go through it.
     import uuid
 
     from tasks_app import dispatch
@@ -53,11 +55,11 @@ def test_a_run_is_published_to_the_queue_list_the_workers_pop_without_declaring_
     monkeypatch.setattr(broker.Channel, "queue_declare", lambda self, *a, **kw: declared.append(a))
     eager, app.conf.task_always_eager = app.conf.task_always_eager, False
     try:
-        task_id, token = uuid.uuid4(), uuid.uuid4()
-        dispatch.enqueue_run(task_id=task_id, run_token=token)
+        task_id = uuid.uuid4()
+        dispatch.enqueue_forward_cancel(task_id=task_id)
     finally:
         app.conf.task_always_eager = eager
     [(queue, message)] = put
     assert queue == app.conf.task_default_queue and declared == []
-    assert message["headers"]["task"] == "tasks_app.tasks.run_agent"
-    assert message["headers"]["argsrepr"] == repr((str(task_id), str(token)))
+    assert message["headers"]["task"] == dispatch.FORWARD_CANCEL
+    assert message["headers"]["argsrepr"] == repr((str(task_id),))

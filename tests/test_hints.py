@@ -195,11 +195,19 @@ def _hints_heard(pubsub) -> list[tuple[str, str]]:
     return heard
 
 
+def _line():
+    from django.conf import settings
+
+    from tasks_app import redis_lines
+
+    return redis_lines.connection(settings.REDIS_URL)
+
+
 def test_a_hint_goes_out_even_when_redis_dropped_the_publishing_connection(subscriber, settings):
     import redis
 
     hints.publish("t-1", "working")
-    connection = hints._connection()
+    connection = _line()
     connection.send_command("CLIENT", "ID")
     redis.Redis.from_url(settings.REDIS_URL).client_kill_filter(_id=connection.read_response())
     hints.publish("t-1", "completed")
@@ -209,10 +217,10 @@ def test_a_hint_goes_out_even_when_redis_dropped_the_publishing_connection(subsc
 def test_a_forked_process_publishes_on_a_connection_of_its_own(subscriber, monkeypatch):
     import os
 
-    parents = hints._connection()
+    parents = _line()
     monkeypatch.setattr(os, "getpid", lambda: -1)
     hints.publish("t-2", "working")
-    assert hints._connection() is not parents
+    assert _line() is not parents
     assert _hints_heard(subscriber) == [("t-2", "working")]
 
 
@@ -220,7 +228,7 @@ def test_a_publishing_thread_uses_its_own_connection():
     import threading
 
     theirs = []
-    thread = threading.Thread(target=lambda: theirs.append(hints._connection()))
+    thread = threading.Thread(target=lambda: theirs.append(_line()))
     thread.start()
     thread.join()
-    assert theirs[0] is not hints._connection()
+    assert theirs[0] is not _line()

@@ -131,3 +131,18 @@ def test_a_statement_that_does_not_name_every_column_of_its_model_stops_the_impo
 
     with pytest.raises(ImproperlyConfigured, match="reason"):
         sql._every_column(StatusChange, {"task_id": "id", "state": "state", "message_id": "NULL", "timestamp": "now()"})
+
+
+def test_a_stream_reads_the_same_events_through_its_statement_as_through_the_orm(echo_agent, monkeypatch):
+    from tasks_app import selectors
+
+    task = _run_one_exchange(echo_agent, monkeypatch, through_sql=True, task_id=uuid.uuid4())
+    read = {}
+    for through_sql in (True, False):
+        monkeypatch.setattr(sql, "available", lambda through_sql=through_sql: through_sql)
+        read[through_sql] = [
+            selectors.events_after(task.pk, seq, limit=limit) for seq, limit in [(0, 500), (1, 2), (task.last_seq, 5)]
+        ]
+    assert read[True] == read[False]
+    assert [event.seq for event in read[True][0]] == list(range(1, task.last_seq + 1))
+    assert [event.seq for event in read[True][1]] == [2, 3] and read[True][2] == []
