@@ -23,7 +23,11 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 
 log = logging.getLogger(__name__)
 
-CHANNEL = "agentserver:accounts:changed"
+
+def channel() -> str:
+    """Where changes are announced, in this deployment's namespace (settings.REDIS_CHANNEL_PREFIX)."""
+    return f"{settings.REDIS_CHANNEL_PREFIX}accounts:changed"
+
 
 _clearers: list[Callable[[], None]] = []
 _lock = threading.Lock()
@@ -49,7 +53,7 @@ def announce() -> None:
     try:
         client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
         try:
-            client.publish(CHANNEL, b"1")
+            client.publish(channel(), b"1")
         finally:
             client.close()
     except redis.RedisError as exc:
@@ -95,7 +99,7 @@ def _listen() -> None:
         try:
             client = redis.Redis.from_url(settings.REDIS_URL, socket_connect_timeout=2, health_check_interval=15)
             pubsub = client.pubsub()
-            pubsub.subscribe(CHANNEL)
+            pubsub.subscribe(channel())
             while True:
                 message = pubsub.get_message(timeout=5)
                 if message is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+from redis.connection import parse_url as parse_redis_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -122,6 +123,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, Celery -------------------------------------------------------------------
 REDIS_URL = "" if EMBEDDED else env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Redis's pub/sub channels (task hints, account changes) belong to the whole server, not to a
+# database: without a prefix of their own, two deployments (or test runs) on one Redis hear each
+# other, waking waiters for nothing and dropping each other's authentication caches. The
+# default names the database of REDIS_URL; set it where two deployments share one database.
+REDIS_CHANNEL_PREFIX = env.str(
+    "REDIS_CHANNEL_PREFIX",
+    default=f"agentserver:{parse_redis_url(REDIS_URL).get('db', 0)}:" if REDIS_URL else "agentserver:",
+)
 
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL or "memory://")
 # A Redis broker gets our transport (agentserver/broker.py), and runs are published without
@@ -233,6 +242,9 @@ SHUTDOWN_GRACE = env.float("SHUTDOWN_GRACE", default=8.0)
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)
+# Seconds a DB thread keeps its connection without a call before it goes back to the pool
+# (tasks_app.dbcalls): well under DB_POOL_TIMEOUT, so that nobody else's wait for one nears it.
+DB_THREAD_IDLE = env.float("DB_THREAD_IDLE", default=0.5)
 # Web and worker processes freeze what they loaded at start out of the garbage collector's
 # reach and collect the young generation after this many allocations (Python's default is
 # 700; 0 keeps it): see agentserver/runtime.py.

@@ -307,7 +307,10 @@ class Hints:
 
         self.client = aioredis.Redis.from_url(self.redis_url)
         self.pubsub = self.client.pubsub()
-        await self.pubsub.psubscribe("agentserver:task:*")
+        from redis.connection import parse_url
+
+        # The server's hint channels (settings.REDIS_CHANNEL_PREFIX, by default per database).
+        await self.pubsub.psubscribe(f"agentserver:{parse_url(self.redis_url).get('db', 0)}:task:*")
         self.runner = asyncio.ensure_future(self._run())
         return self
 

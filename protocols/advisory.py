@@ -3,23 +3,26 @@
 Both are protection, not accounting: when Redis cannot be reached the request goes on (fail
 open), a warning is logged at most every `WARN_EVERY` seconds, and for `BACKOFF` seconds after
 a failure Redis is not even tried, so a Redis that hangs costs one short timeout now and then,
-not one per request. An asyncio Redis client belongs to the loop it first connected on: each
-event loop has its own (`per_loop`).
+not one per request.
+
+The client is one pipelined connection per event loop (`per_loop`, `redis_lines.AsyncLine`):
+redis-py's asyncio client spent ~0.12 ms of the web process's CPU on each rate-limit check,
+11 % of daphne's samples under SendMessage load (py-spy, bench/README.md). A call that times
+out or fails drops the connection (a late reply could no longer be matched to its call),
+fails every call waiting on it, and the next call after the back-off connects anew.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from tasks_app import redis_lines
 
 TIMEOUT = 0.25  # seconds: an advisory answer slower than this is not worth waiting for
 BACKOFF = 2.0  # seconds without trying Redis after it failed
@@ -42,34 +45,79 @@ class FailOpen:
             )
 
 
+class Script:
+    """A Lua script, run by its SHA1 (EVALSHA) and loaded by EVAL when Redis does not know it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+
 class AdvisoryRedis:
     """A Redis client whose calls answer None instead of failing (see the module)."""
 
     def __init__(self, url: str, failing: FailOpen) -> None:
         self.url = url
-        self.client = aioredis.Redis.from_url(
-            url,
-            socket_timeout=TIMEOUT,
-            socket_connect_timeout=TIMEOUT,
-            retry=Retry(NoBackoff(), 0),  # a retry would double the wait; the next request tries again
-            health_check_interval=30,
-        )
         self._failing = failing
         self._down_until = 0.0
+        self._line: redis_lines.AsyncLine | None = None
+        self._connecting: asyncio.Future[redis_lines.AsyncLine] | None = None
 
-    async def run(self, call: Callable[[], Awaitable[Any]]) -> Any | None:
-        """`call`'s answer, or None when Redis is away (or was, moments ago)."""
+    async def call(self, *args: Any) -> Any | None:
+        """The reply to one command, or None when Redis is away (or was, moments ago)."""
         if time.monotonic() < self._down_until:
             return None
         try:
-            return await asyncio.wait_for(call(), TIMEOUT * 2)
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._down_until = time.monotonic() + BACKOFF
-            self._failing.warn(exc)
+            async with asyncio.timeout(TIMEOUT):
+                return await self._call(args)
+        except (redis_lines.RedisFailed, OSError, TimeoutError) as exc:
+            self._down(exc)
             return None
 
+    async def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> Any | None:
+        """`script`'s reply, or None when Redis is away (or was, moments ago)."""
+        if time.monotonic() < self._down_until:
+            return None
+        try:
+            async with asyncio.timeout(TIMEOUT):
+                tail = (len(keys), *keys, *args)
+                try:
+                    return await self._call(("EVALSHA", script.sha, *tail))
+                except redis_lines.RedisFailed as exc:
+                    if not str(exc).startswith("NOSCRIPT"):
+                        raise
+                    return await self._call(("EVAL", script.text, *tail))
+        except (redis_lines.RedisFailed, OSError, TimeoutError) as exc:
+            self._down(exc)
+            return None
+
+    async def _call(self, args: Sequence[Any]) -> Any:
+        line = self._line if self._line is not None and self._line.open else await self._connect()
+        return await line.call(*args)
+
+    async def _connect(self) -> redis_lines.AsyncLine:
+        # Calls that find no connection wait for the same attempt rather than each making one.
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(redis_lines.open_line(self.url))
+            self._connecting.add_done_callback(self._connected)
+        return await asyncio.shield(self._connecting)
+
+    def _connected(self, attempt: asyncio.Future[redis_lines.AsyncLine]) -> None:
+        self._connecting = None
+        if not attempt.cancelled() and attempt.exception() is None:
+            self._line = attempt.result()
+
+    def _down(self, exc: BaseException) -> None:
+        self._down_until = time.monotonic() + BACKOFF
+        if self._line is not None:
+            self._line.fail(redis_lines.RedisFailed("dropped after a failed call"))
+            self._line = None
+        self._failing.warn(exc)
+
     async def aclose(self) -> None:
-        await self.client.aclose()
+        if self._line is not None:
+            self._line.fail(redis_lines.RedisFailed("closed"))
+            self._line = None
 
 
 class _OnUrl(Protocol):

@@ -58,6 +58,7 @@ redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1
 """
+_TAKE_SCRIPT, _RENEW_SCRIPT = advisory.Script(_TAKE), advisory.Script(_RENEW)
 
 
 def ttl() -> float:
@@ -107,18 +108,16 @@ class _Redis:
     def __init__(self, url: str) -> None:
         self.url = url
         self._redis = advisory.AdvisoryRedis(url, FAILING)
-        self._take = self._redis.client.register_script(_TAKE)
-        self._renew = self._redis.client.register_script(_RENEW)
 
     async def take(self, key: str, cap: int, slot: str) -> bool:
-        taken = await self._redis.run(lambda: self._take(keys=[KEY_PREFIX + key], args=[cap, slot, int(ttl() * 1000)]))
+        taken = await self._redis.script(_TAKE_SCRIPT, [KEY_PREFIX + key], [cap, slot, int(ttl() * 1000)])
         return taken is None or int(taken) == 1
 
     async def renew(self, key: str, slot: str) -> None:
-        await self._redis.run(lambda: self._renew(keys=[KEY_PREFIX + key], args=[slot, int(ttl() * 1000)]))
+        await self._redis.script(_RENEW_SCRIPT, [KEY_PREFIX + key], [slot, int(ttl() * 1000)])
 
     async def give_back(self, key: str, slot: str) -> None:
-        await self._redis.run(lambda: self._redis.client.zrem(KEY_PREFIX + key, slot))
+        await self._redis.call("ZREM", KEY_PREFIX + key, slot)
 
     async def aclose(self) -> None:
         await self._redis.aclose()

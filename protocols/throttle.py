@@ -58,6 +58,7 @@ redis.call('HSET', KEYS[1], 't', string.format('%.0f', tat + interval), 'i', str
 redis.call('PEXPIRE', KEYS[1], math.ceil((tat + interval - now) / 1000) + 1)
 return 0
 """
+_SCRIPT = advisory.Script(_GCRA)
 
 
 @dataclass(frozen=True)
@@ -106,10 +107,9 @@ class RedisLimiter:
     def __init__(self, url: str) -> None:
         self.url = url
         self._redis = advisory.AdvisoryRedis(url, FAILING)
-        self._script = self._redis.client.register_script(_GCRA)
 
     async def hit(self, bucket: str, limit: int) -> Refused | None:
-        wait = await self._redis.run(lambda: self._script(keys=[KEY_PREFIX + bucket], args=[limit]))
+        wait = await self._redis.script(_SCRIPT, [KEY_PREFIX + bucket], [limit])
         return Refused(limit, retry_after_seconds(int(wait))) if wait is not None and int(wait) > 0 else None
 
     async def aclose(self) -> None:

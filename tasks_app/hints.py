@@ -18,17 +18,22 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis
-import redis.asyncio as aioredis
 from django.conf import settings
 
 from . import redis_lines
 
 log = logging.getLogger(__name__)
 
-CHANNEL_PREFIX = "agentserver:task:"
+
+def channel(task_id: str) -> str:
+    """The task's hint channel, in this deployment's namespace (settings.REDIS_CHANNEL_PREFIX)."""
+    return f"{settings.REDIS_CHANNEL_PREFIX}task:{task_id}"
+
+
 # Hints published here were already handed to this process's listeners in-process; the
 # listener drops their Redis echo, which would cost every local stream one more read.
 _ORIGIN = uuid.uuid4().hex[:12]
+LISTENER_NAME = f"agentserver-hints-{_ORIGIN}"  # the listener's connection in Redis's CLIENT LIST
 
 
 def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
@@ -42,7 +47,7 @@ def publish(task_id: str, state: str = "", *, local_only: bool = False) -> None:
     line = None if local_only else redis_lines.connection(settings.REDIS_URL)
     if line is not None:
         try:
-            redis_lines.command(line, "PUBLISH", CHANNEL_PREFIX + task_id, f"{state}|{_ORIGIN}".encode())
+            redis_lines.command(line, "PUBLISH", channel(task_id), f"{state}|{_ORIGIN}".encode())
         except redis.RedisError as exc:  # a lost hint costs one poll interval, nothing more
             log.warning("hint for task %s not published: %s", task_id, exc)
 
@@ -67,7 +72,8 @@ class Watch:
 
     async def wait(self, timeout: float) -> bool:
         try:
-            await asyncio.wait_for(self._event.wait(), timeout)
+            async with asyncio.timeout(timeout):  # no task of its own, as wait_for makes
+                await self._event.wait()
             return True
         except TimeoutError:
             return False
@@ -115,21 +121,14 @@ class Listener:
     async def _run(self) -> None:
         backoff = 0.2
         while True:
-            client = aioredis.Redis.from_url(settings.REDIS_URL)
+            line = None
             try:
-                async with client.pubsub() as pubsub:
-                    await pubsub.psubscribe(CHANNEL_PREFIX + "*")
-                    backoff = 0.2
-                    while True:
-                        message = await pubsub.get_message(ignore_subscribe_messages=False, timeout=30)
-                        if message is None:
-                            continue
-                        if message["type"] == "psubscribe":
-                            self._ready.set()
-                        elif message["type"] == "pmessage":
-                            state, _, origin = message["data"].decode(errors="replace").partition("|")
-                            if origin != _ORIGIN:
-                                self._wake(message["channel"].decode()[len(CHANNEL_PREFIX) :], state)
+                line = await redis_lines.open_line(settings.REDIS_URL, on_push=self._pushed, name=LISTENER_NAME)
+                # The confirmation comes as a push too: `_pushed` sets `_ready` on it.
+                line.write("PSUBSCRIBE", channel("*"))
+                backoff = 0.2
+                await line.lost
+                raise redis_lines.RedisFailed("connection lost")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - keep listening whatever went wrong
@@ -137,7 +136,19 @@ class Listener:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
-                await client.aclose()
+                if line is not None:
+                    line.fail(redis_lines.RedisFailed("listener stopped"))
+
+    def _pushed(self, message: Any) -> None:
+        # [b"pmessage", pattern, channel, data] for a hint; [b"psubscribe", pattern, n] once.
+        if not isinstance(message, list) or not message:
+            return
+        if message[0] == b"pmessage" and len(message) == 4:
+            state, _, origin = message[3].decode(errors="replace").partition("|")
+            if origin != _ORIGIN:
+                self._wake(message[2].decode(errors="replace")[len(channel("")) :], state)
+        elif message[0] == b"psubscribe":
+            self._ready.set()
 
     @asynccontextmanager
     async def watch(self, task_id: str, watch: Any = None) -> AsyncIterator[Any]:

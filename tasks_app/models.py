@@ -147,7 +147,9 @@ MESSAGE_TSVECTOR = "to_tsvector('simple'::regconfig, jsonb_path_query_array(part
 class Message(models.Model):
     """One message of a task's history, from the user (AIP leader) or the agent (AIP partner)."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages")
+    # No index of its own: the composite index below begins with task_id and serves every lookup
+    # (and the cascade's check) by task; a second one was one more entry to write per row.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="messages", db_index=False)
     message_id = models.CharField(max_length=ID_LENGTH, help_text="The sender's messageId; not unique by design.")
     context_id = models.CharField(max_length=ID_LENGTH)
     role = models.CharField(max_length=8, choices=Role.choices)
@@ -186,7 +188,9 @@ class Message(models.Model):
 class StatusChange(models.Model):
     """Every state transition of a task: the status history (AIP `statusHistory`)."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="status_changes")
+    # No index of its own: the composite index below begins with task_id and serves every lookup
+    # (and the cascade's check) by task; a second one was one more entry to write per row.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="status_changes", db_index=False)
     state = models.CharField(max_length=24, choices=TaskState.choices)
     message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     reason = models.TextField(blank=True, default="", help_text="Why, when the server itself made the change.")
@@ -205,7 +209,9 @@ class StatusChange(models.Model):
 class Artifact(models.Model):
     """An output of a task (AIP `products`); streamed chunks append to its parts."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts")
+    # No index of its own: the composite index below begins with task_id and serves every lookup
+    # (and the cascade's check) by task; a second one was one more entry to write per row.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="artifacts", db_index=False)
     artifact_id = models.CharField(max_length=ID_LENGTH)
     name = models.CharField(max_length=NAME_LENGTH, blank=True, default="")
     description = models.TextField(blank=True, default="")
@@ -232,7 +238,9 @@ class TaskEvent(models.Model):
     sequence: global sequences commit out of order, and a reader of `id > last` would skip rows.
     """
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the composite index below begins with task_id and serves every lookup
+    # (and the cascade's check) by task; a second one was one more entry to write per row.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=EventKind.choices)
     payload = models.JSONField(help_text="The event in domain form; each dialect encodes it.")

@@ -70,8 +70,42 @@ def test_hints_cross_processes_through_redis(waiting_task):
 
     async def scenario():
         async with hints.watch(str(waiting_task.pk)) as watch:
-            redis.Redis.from_url(settings.REDIS_URL).publish(hints.CHANNEL_PREFIX + str(waiting_task.pk), b"1")
+            redis.Redis.from_url(settings.REDIS_URL).publish(hints.channel(str(waiting_task.pk)), b"1")
             return await watch.wait(3)
+
+    assert run(scenario()) is True
+
+
+def test_a_hint_of_another_deployment_on_the_same_redis_wakes_no_one_here(waiting_task, settings):
+    """Pub/sub ignores Redis's databases: each deployment hears only its own prefix."""
+    import redis
+
+    async def scenario():
+        async with hints.watch(str(waiting_task.pk)) as watch:
+            other = f"{settings.REDIS_CHANNEL_PREFIX}other:task:{waiting_task.pk}"
+            redis.Redis.from_url(settings.REDIS_URL).publish(other, b"completed|elsewhere")
+            woken_by_other = await watch.wait(0.3)
+            redis.Redis.from_url(settings.REDIS_URL).publish(hints.channel(str(waiting_task.pk)), b"completed|x")
+            return woken_by_other, await watch.wait(3), watch.states
+
+    assert run(scenario()) == (False, True, ["completed"])
+
+
+def test_the_listener_subscribes_again_after_redis_dropped_its_connection(waiting_task, settings):
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL)
+
+    async def scenario():
+        async with hints.watch(str(waiting_task.pk)) as watch:
+            ours = [c["id"] for c in client.client_list() if c["name"] == hints.LISTENER_NAME]
+            assert len(ours) == 1 and client.client_kill_filter(_id=ours[0]) == 1
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:  # until the new subscription hears the hint
+                client.publish(hints.channel(str(waiting_task.pk)), b"working|x")
+                if await watch.wait(0.05):
+                    return True
+            return False
 
     assert run(scenario()) is True
 
@@ -160,7 +194,7 @@ def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo
 
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
-    pubsub.psubscribe(hints.CHANNEL_PREFIX + "*")
+    pubsub.psubscribe(hints.channel("*"))
     try:
         pubsub.get_message(timeout=1)  # the subscription's confirmation
         task = receive(echo_agent)
@@ -171,7 +205,7 @@ def test_a_new_task_is_hinted_in_process_only_and_its_changes_through_redis(echo
     finally:
         pubsub.close()
     # Nobody elsewhere can know the new task's id yet; once it is out, its changes go to all.
-    assert [r for r in received if r[0].endswith(str(task.pk))] == [(hints.CHANNEL_PREFIX + str(task.pk), "working")]
+    assert [r for r in received if r[0].endswith(str(task.pk))] == [(hints.channel(str(task.pk)), "working")]
 
 
 @pytest.fixture
@@ -180,7 +214,7 @@ def subscriber(settings):
 
     pubsub = redis.Redis.from_url(settings.REDIS_URL).pubsub(ignore_subscribe_messages=True)
     # Only these tests' tasks ("t-…"): other processes on the same Redis publish hints for theirs.
-    pubsub.psubscribe(hints.CHANNEL_PREFIX + "t-*")
+    pubsub.psubscribe(hints.channel("t-*"))
     pubsub.get_message(timeout=1)  # the subscription's confirmation
     yield pubsub
     pubsub.close()
@@ -190,7 +224,7 @@ def _hints_heard(pubsub) -> list[tuple[str, str]]:
     heard = []
     while (message := pubsub.get_message(timeout=0.5)) is not None:
         heard.append(
-            (message["channel"].decode()[len(hints.CHANNEL_PREFIX) :], message["data"].decode().partition("|")[0])
+            (message["channel"].decode()[len(hints.channel("")) :], message["data"].decode().partition("|")[0])
         )
     return heard
 

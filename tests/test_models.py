@@ -102,3 +102,38 @@ def test_client_chosen_task_ids_are_unique_per_agent_and_owner(task, echo_agent)
     Task.objects.create(id=uuid.uuid4(), owner="bob", **fields)  # another owner may use the same id
     with pytest.raises(IntegrityError), transaction.atomic():
         Task.objects.create(id=uuid.uuid4(), owner="alice", **fields)
+
+
+# Every row a send and a run write (the task, its messages, status changes, events and artifacts)
+# pays for each index of its table; an index whose columns begin another's gives nothing the
+# longer one does not.
+_REDUNDANT_INDEXES = """
+WITH ix AS (
+    SELECT c.relname AS tbl, i.relname AS idx, x.indisunique AS uniq, x.indpred IS NOT NULL AS partial,
+           x.indexprs IS NOT NULL AS expression, x.indnkeyatts AS n,
+           x.indkey::int2[] AS cols, x.indclass::oid[] AS ops, am.amname AS method
+    FROM pg_index x
+    JOIN pg_class c ON c.oid = x.indrelid
+    JOIN pg_class i ON i.oid = x.indexrelid
+    JOIN pg_am am ON am.oid = i.relam
+    WHERE c.relname = ANY(%s)
+)
+SELECT a.idx, b.idx FROM ix a JOIN ix b ON a.tbl = b.tbl AND a.idx <> b.idx
+WHERE NOT a.uniq AND NOT a.partial AND NOT b.partial AND NOT a.expression AND NOT b.expression
+  AND a.method = 'btree' AND b.method = 'btree' AND a.n <= b.n AND array_length(a.cols, 1) = a.n
+  AND a.cols[0:a.n - 1] = b.cols[0:a.n - 1] AND a.ops[0:a.n - 1] = b.ops[0:a.n - 1]
+"""
+
+
+def test_no_index_of_the_task_tables_is_the_beginning_of_another(db):
+    from django.db import connection
+
+    from tasks_app.models import Message, StatusChange
+
+    if connection.vendor != "postgresql":
+        pytest.skip("reads Postgres's catalog")
+
+    tables = [m._meta.db_table for m in (Task, Message, StatusChange, TaskEvent, Artifact)]
+    with connection.cursor() as cursor:
+        cursor.execute(_REDUNDANT_INDEXES, [tables])
+        assert cursor.fetchall() == []

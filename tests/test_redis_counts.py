@@ -122,7 +122,7 @@ def costs(live, key: str, configuration: dict | None) -> tuple[list[str], list[s
     send(live, key)  # warm: the key looked up and cached, the subscriptions made
     with Monitor().watching() as monitor:
         task = send(live, key, configuration)
-        monitor.wait_for("PUBLISH", f"agentserver:task:{task['id']}")  # the worker's last word on it
+        monitor.wait_for("PUBLISH", f":task:{task['id']}")  # the worker's last word on it
     # Told apart afterwards: a connection may have been opened for this very request.
     web = _local_ports({live.web_pids[0]})
     worker = _local_ports(_family(live.worker_pid))

@@ -30,6 +30,11 @@ def ended_by_server(connection: Any) -> bool:
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
+    def ended_by_server(self) -> bool:
+        """Whether the session this wrapper holds was ended by Postgres (tasks_app.dbcalls keeps
+        one per DB thread between calls and asks before each)."""
+        return self.connection is not None and ended_by_server(self.connection)
+
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         pool = self.pool
         connection = super().get_new_connection(conn_params)
