@@ -108,8 +108,8 @@ METHODS: dict[str, dict[Op, str]] = {
         Op.CANCEL: "cancel",
         Op.RESUBSCRIBE: "re-stream",
         Op.PUSH_SET: "notification/set",
-        Op.PUSH_GET: "notification/get (one id)",
-        Op.PUSH_LIST: "notification/get",
+        Op.PUSH_GET: "notification/get",  # with a notificationConfigId
+        Op.PUSH_LIST: "notification/get",  # without one
         Op.PUSH_DELETE: "notification/delete",
     },
 }
