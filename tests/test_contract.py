@@ -208,25 +208,26 @@ def stored(task: Task) -> Any:
     )
 
 
-def _a2a_request(acting: str, op: Op, task_id: str, context_id: str) -> tuple[str, dict[str, Any]]:
+def _a2a_request(acting: str, op: Op, task_id: str, context_id: str, *, streamed: bool) -> tuple[str, dict[str, Any]]:
     v1, v03 = acting == Dialect.A2A_1_0, acting == Dialect.A2A_0_3
     if op is Op.SEND:
         if v1:
             message = {"messageId": str(uuid.uuid4()), "role": "ROLE_USER", "parts": [{"text": "more"}]}
-            return "SendMessage", {
+            return "SendStreamingMessage" if streamed else "SendMessage", {
                 "message": {**message, "taskId": task_id, "contextId": context_id},
                 "configuration": {"returnImmediately": True},
             }
         if v03:
             message = {"kind": "message", "messageId": str(uuid.uuid4()), "role": "user"}
             parts = [{"kind": "text", "text": "more"}]
-            return "message/send", {
+            return "message/stream" if streamed else "message/send", {
                 "message": {**message, "parts": parts, "taskId": task_id, "contextId": context_id},
                 "configuration": {"blocking": False},
             }
         # The issue's case: the client's id, and the session the task is in.
         message = {"role": "user", "parts": _text("more")}
-        return "tasks/send", {"id": task_id, "sessionId": context_id, "message": message}
+        method = "tasks/sendSubscribe" if streamed else "tasks/send"
+        return method, {"id": task_id, "sessionId": context_id, "message": message}
     plain = {
         Op.GET: ("GetTask", "tasks/get", "tasks/get", {"id": task_id}),
         Op.LIST: ("ListTasks", None, None, {}),
@@ -264,7 +265,7 @@ def _a2a_request(acting: str, op: Op, task_id: str, context_id: str) -> tuple[st
     }[op]
 
 
-def _aip_request(op: Op, task_id: str, context_id: str) -> tuple[str, dict[str, Any]]:
+def _aip_request(op: Op, task_id: str, context_id: str, *, streamed: bool) -> tuple[str, dict[str, Any]]:
     def leader(command: str, text: str | None = None, **params: Any) -> dict[str, Any]:
         return {
             "message": {
@@ -282,7 +283,7 @@ def _aip_request(op: Op, task_id: str, context_id: str) -> tuple[str, dict[str, 
         }
 
     return {
-        Op.SEND: ("rpc", leader("continue", "more")),
+        Op.SEND: ("stream" if streamed else "rpc", leader("continue", "more")),
         Op.START: ("rpc", leader("start", "again")),
         Op.COMPLETE: ("rpc", leader("complete")),
         Op.GET: ("rpc", leader("get")),
@@ -295,16 +296,16 @@ def _aip_request(op: Op, task_id: str, context_id: str) -> tuple[str, dict[str, 
     }[op]
 
 
-def act(client, key: str, acting: str, op: Op, task: Task) -> dict[str, Any]:
-    """Call the operation as the acting dialect's client would, naming the task by the id it is
-    shown by; the JSON-RPC response (a stream's first event)."""
+def act(client, key: str, acting: str, op: Op, task: Task, *, streamed: bool = False) -> dict[str, Any]:
+    """Call the operation as the acting dialect's client would (a send: `streamed` or not),
+    naming the task by the id it is shown by; the JSON-RPC response (a stream's first event)."""
     task_id = task.client_task_id or str(task.pk)
     headers = {"X-API-Key": key}
     if acting == Dialect.AIP_1_0:
-        method, params = _aip_request(op, task_id, task.context_id)
+        method, params = _aip_request(op, task_id, task.context_id, streamed=streamed)
         path = f"{PATH}aip/{method}"
     else:
-        method, params = _a2a_request(acting, op, task_id, task.context_id)
+        method, params = _a2a_request(acting, op, task_id, task.context_id, streamed=streamed)
         path = PATH
         headers["A2A-Version"] = VERSION[acting]
     body = orjson.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
@@ -354,10 +355,11 @@ def test_every_operation_on_another_dialect_s_task_answers_as_the_table_says(
 ):
     acting, op = operation
     state = data.draw(st.sampled_from(REACHED[creator]), label="state")
+    streamed = op is Op.SEND and data.draw(st.booleans(), label="streamed")
     with transaction.atomic():
         task = task_in(agent, creator, state)
         before = stored(task)
-        answer = act(client, alice_key, acting, op, task)
+        answer = act(client, alice_key, acting, op, task, streamed=streamed)
         after = stored(task)
         transaction.set_rollback(True)  # each example starts from an empty store
     refusal = contract.decide(creator=creator, acting=acting, op=op, state=state)
