@@ -31,10 +31,10 @@ from tasks_app.errors import (
     TaskNotFound,
     UnsupportedOperation,
 )
-from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure, TaskState
+from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure
 from tasks_app.waiting import wait_until_settled
 
-from . import stream_slots
+from . import contract, stream_slots
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,6 @@ class Send:
     # The id the client chose for its task (A2A 0.1): the caller's task of that id is
     # continued, or else a new task is made that keeps it (`services.message_receive`).
     client_task_id: str | None = None
-    # States in which this dialect's follow-up re-opens a task (A2A 0.1: completed).
-    reopen: frozenset[str] = frozenset()
     # Whether the dialect has bare-message answers; without, a reply is the completed task.
     bare_replies: bool = True
     # How long a blocking send waits for the task to settle (None: A2A_BLOCKING_TIMEOUT).
@@ -74,10 +72,8 @@ class Send:
     # A new task's stream opens with the task as the agent's first move left it, not as it was
     # received (AIP: a start is accepted or rejected, and the stream shows only the one).
     await_first_move: bool = False
-    # What a new task asks (timeouts, the products' size), and the state a follow-up resumes
-    # it in (AIP's continue: working).
+    # What a new task asks (timeouts, the products' size).
     limits: TaskLimits | None = None
-    resume_as: str = TaskState.SUBMITTED
     # A push config registered ahead of the new task, to move onto it (AIP's notification/start).
     attach: Attach | None = None
 
@@ -217,10 +213,10 @@ def _receive(call: Call, sent: Send, task_id: str) -> tuple[Any, Any]:
             metadata=sent.metadata,
             new_task_id=None if message.task_id else uuid.UUID(task_id),
             client_task_id=None if message.task_id else sent.client_task_id,
-            reopen=sent.reopen,
+            # Whether a message to an existing task is taken, and how: the contract's.
+            follow_up=contract.follow_up(sent.dialect),
             activated_extensions=activation(call, sent),
             limits=sent.limits,
-            resume_as=sent.resume_as,
         )
         if push and not message.task_id:
             push_services.config_create(
@@ -267,11 +263,17 @@ async def task_get(call: Call, task_id: str, *, history_length: int | None) -> T
     return await dbcalls.run(read)
 
 
-async def task_cancel(call: Call, task_id: str, *, history_length: int | None = None) -> TaskView:
-    """Cancel the caller's task (or say why it cannot be) and answer it as it is then."""
+async def task_cancel(call: Call, task_id: str, *, acting: str, history_length: int | None = None) -> TaskView:
+    """Cancel the caller's task for a client of the `acting` dialect (or say why it cannot be,
+    as the contract does) and answer it as it is then."""
 
     def cancel() -> TaskView:
-        task = services.task_cancel(agent=call.agent, principal=call.principal, task_id=task_id)
+        task = services.task_cancel(
+            agent=call.agent,
+            principal=call.principal,
+            task_id=task_id,
+            admit=contract.admit(acting, contract.Op.CANCEL),
+        )
         view = answer_for(task.pk, history_length, as_reply=False).task
         assert view is not None  # not as a reply: always the task
         return view
@@ -437,11 +439,12 @@ def last_event_id(raw: Any) -> int | None:
 
 
 async def subscribe(
-    call: Call, task_id: str, *, resume_after: int | None, until: frozenset[str] = TERMINAL
+    call: Call, task_id: str, *, acting: str, resume_after: int | None, until: frozenset[str] = TERMINAL
 ) -> EventStream:
-    """Follow the caller's task: its snapshot and then its events until it is over (or, for a
-    dialect whose streams end sooner, reaches a state in `until`), or (with `resume_after`)
-    exactly the events after that one, then live ones."""
+    """Follow the caller's task for a client of the `acting` dialect: its snapshot and then its
+    events until it is over (or, for a dialect whose streams end sooner, reaches a state in
+    `until`), or (with `resume_after`) exactly the events after that one, then live ones. The
+    contract says which tasks may be followed from now on (not finished ones, for A2A)."""
     require_streaming(call.agent)
     canonical = parse_task_id(task_id)
     if canonical is None:
@@ -464,8 +467,10 @@ async def subscribe(
         if view.key != str(canonical):
             # The UUID was a client's chosen id: follow the key (the tail reads from seq first).
             feed = await resources.enter_async_context(streams.follow(view.key))
-        if resume_after is None and view.state in TERMINAL:
-            raise UnsupportedOperation(f"task {view.id} is {view.state}; a finished task has no events to follow")
+        if resume_after is None:
+            contract.check(
+                creator=view.dialect, acting=acting, op=contract.Op.RESUBSCRIBE, state=view.state, task=view.id
+            )
         if resume_after is not None and resume_after > seq:
             raise InvalidParams(f"lastEventId {resume_after} is ahead of task {view.id}, whose last event is {seq}")
     except BaseException:

@@ -57,13 +57,13 @@ def task_key_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> 
     return Task.objects.filter(where).values_list("pk", "dialect").first()
 
 
-def task_state_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> str | None:
-    """The state of the caller's task named by `task_id` (as `caller_task_q`), in one indexed
-    query; None if there is no such task of theirs."""
+def task_state_for_caller(*, agent: Agent, principal: Principal, task_id: str) -> tuple[str, str] | None:
+    """The state and the creating dialect of the caller's task named by `task_id` (as
+    `caller_task_q`), in one indexed query; None if there is no such task of theirs."""
     where = caller_task_q(agent=agent, principal=principal, task_id=task_id)
     if where is None:
         return None
-    return Task.objects.filter(where).values_list("state", flat=True).first()
+    return Task.objects.filter(where).values_list("state", "dialect").first()
 
 
 def status_reason(task_key: Any) -> str:

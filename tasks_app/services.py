@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -53,6 +53,13 @@ from .parts import Part, PartError, validate_all
 from .selectors import caller_task_q, message_view, run_inputs
 
 log = logging.getLogger(__name__)
+
+# What a client's operation may do to a task that exists is the cross-dialect contract's to
+# decide (protocols.contract), asked here with the task's row locked: (the task's creating
+# dialect, its state, the id it is shown by). A send's rule answers the state the follow-up
+# resumes the task in; either raises the refusal, before anything is written.
+FollowUp = Callable[[str, str, str], str]
+Admit = Callable[[str, str, str], None]
 
 # For each state, the states a task may be in to move to it (the state machine, inverted):
 # the single-statement writes check it in their WHERE clause, bound as one text[] value.
@@ -228,10 +235,9 @@ def message_receive(
     metadata: dict[str, Any] | None = None,
     new_task_id: uuid.UUID | None = None,
     client_task_id: str | None = None,
-    reopen: frozenset[str] = frozenset(),
+    follow_up: FollowUp | None = None,
     activated_extensions: list[dict[str, Any]] | None = None,
     limits: TaskLimits | None = None,
-    resume_as: str = TaskState.SUBMITTED,
 ) -> tuple[Task, Message]:
     """A client's message: start a task, or continue an interrupted one, and queue the agent.
 
@@ -241,13 +247,13 @@ def message_receive(
     `new_task_id` lets a caller that must watch the task before it exists choose its id.
     `client_task_id` is the id the client chose for a new task (A2A 0.1): the task keeps it
     beside its key, and is found and shown by it (`selectors.caller_task_q`); the caller has
-    looked it up for this agent and owner and found none. `reopen` are the states in which a
-    follow-up re-opens a task its dialect's clients may send to again (A2A 0.1: completed).
+    looked it up for this agent and owner and found none. `follow_up` decides whether a message
+    to an existing task is taken, and the state it resumes the task in (protocols.contract:
+    interrupted tasks take one; A2A 0.1 re-opens a completed task it made; AIP's resume in
+    working, as its state machine has no way back to accepted); a follow-up needs it.
     `activated_extensions` (what the request's A2A-Extensions activated, see
     `protocols.extensions`) is kept on the message for the agent's run. `limits` are what the
     client asks of a new task (its timeouts while it waits on the client, its products' size).
-    `resume_as` is the state a follow-up puts the task in until its run begins: AIP's continue
-    goes straight back to working, as its state machine has no way back to accepted.
     A tenant at its cap on active tasks gets TooManyActiveTasks, one past its storage quota
     StorageQuotaExceeded (docs/limits.md); nothing of the message is stored then.
     """
@@ -263,6 +269,8 @@ def message_receive(
     now = timezone.now()
     caps = _caps(agent, principal)
     if message.task_id:
+        if follow_up is None:
+            raise TypeError("a follow-up is the cross-dialect contract's to decide: pass follow_up")
         with transaction.atomic():
             task, stored = _follow_up_receive(
                 agent=agent,
@@ -271,9 +279,8 @@ def message_receive(
                 now=now,
                 accepted_output_modes=accepted_output_modes,
                 caps=caps,
-                reopen=reopen,
+                follow_up=follow_up,
                 activated_extensions=activated_extensions,
-                resume_as=resume_as,
             )
             _after_commit(task)
             _enqueue_run(task)
@@ -369,21 +376,15 @@ def _follow_up_receive(
     accepted_output_modes: list[str] | None,
     caps: _Caps,
     activated_extensions: list[dict[str, Any]] | None,
-    reopen: frozenset[str] = frozenset(),
-    resume_as: str = TaskState.SUBMITTED,
+    follow_up: FollowUp,
 ) -> tuple[Task, Message]:
     task = task_lock_for_caller(agent=agent, principal=principal, task_id=str(message.task_id))
     shown = task.client_task_id or task.id
     if message.context_id and message.context_id != task.context_id:
         raise InvalidParams(f"contextId {message.context_id!r} does not match the context of task {shown}")
-    if task.state in reopen:
-        # A dialect whose clients may send to a finished task again (A2A 0.1 re-opens a
-        # completed one): it is a new exchange of the same task, and no bare reply any more.
-        task.reply_only = False
-    elif task.state in TERMINAL:
-        raise UnsupportedOperation(f"task {shown} is {task.state}; a task in a terminal state accepts no more messages")
-    elif task.state not in INTERRUPTED:
-        raise UnsupportedOperation(f"task {shown} is {task.state}; send a follow-up once it asks for input")
+    resume_as = follow_up(task.dialect, task.state, str(shown))
+    # A new exchange of the task (a re-opened one too): its answer is the task, not a bare reply.
+    task.reply_only = False
     # The follow-up makes the task active again: it counts against the cap like a new task.
     _room_check(tenant_id=task.tenant_id, caps=caps)
     stored = _message_store(
@@ -470,21 +471,35 @@ def task_cancel(
     task_id: str,
     reason: str = "canceled by the client",
     message: NewMessage | None = None,
+    admit: Admit | None = None,
 ) -> Task:
     """Cancel at once in the store; a running executor notices on its next call or poll. The
-    client's `message` that asked for it (AIP's cancel command) joins the task's history."""
+    client's `message` that asked for it (AIP's cancel command) joins the task's history.
+    `admit` is the contract's say on the acting dialect's cancel (protocols.contract)."""
     with transaction.atomic():
         task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        if admit is not None:
+            admit(task.dialect, task.state, str(task.client_task_id or task.id))
         if message is not None and task.state not in TERMINAL:
             _client_message_add(task, message)
         return _cancel_locked(task, reason)
 
 
-def task_confirm(*, agent: Agent, principal: Principal, task_id: str, message: NewMessage | None = None) -> Task:
+def task_confirm(
+    *,
+    agent: Agent,
+    principal: Principal,
+    task_id: str,
+    message: NewMessage | None = None,
+    admit: Admit | None = None,
+) -> Task:
     """The client accepts the products of a task that awaits its confirmation (AIP's complete):
-    the task is completed. UnsupportedOperation in any other state."""
+    the task is completed. UnsupportedOperation in any other state. `admit` is the contract's
+    say (protocols.contract)."""
     with transaction.atomic():
         task = task_lock_for_caller(agent=agent, principal=principal, task_id=task_id)
+        if admit is not None:
+            admit(task.dialect, task.state, str(task.client_task_id or task.id))
         if task.state != TaskState.AWAITING_COMPLETION:
             raise UnsupportedOperation(
                 f"task {task.client_task_id or task.id} is {task.state}; only a task awaiting completion is completed"

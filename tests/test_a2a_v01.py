@@ -23,7 +23,7 @@ from protocols import dialects
 from protocols.dialects import WireDialect
 from tasks_app import services
 from tasks_app.executors.echo import EchoExecutor
-from tasks_app.lifecycle import Dialect, TaskState
+from tasks_app.lifecycle import Dialect
 from tasks_app.models import Task
 from tests.conftest import RpcResponse, drain_push_jobs, make_agent, user_message
 
@@ -877,12 +877,17 @@ def test_the_store_keeps_client_ids_per_agent_and_owner(seed_agent, echo_agent, 
     # The constraint holds: the same id for the same agent and owner is one task.
     with pytest.raises(services.UnsupportedOperation, match="created by another request"):
         receive(seed_agent, alice, "ask", "c-1")
-    # The follow-up takes it, and the re-open rule is the caller's to ask for.
+    # The follow-up takes it; whether a completed task re-opens is the contract's (0.1's own
+    # tasks, for 0.1's clients).
+    from protocols import contract
+
     follow = NewMessage(message_id=new_id(), role="user", parts=[{"type": "text", "text": "x"}], task_id="c-1")
     with pytest.raises(services.UnsupportedOperation, match="task c-1 is completed; a task in a terminal state"):
-        services.message_receive(agent=seed_agent, principal=alice, message=follow)
+        services.message_receive(
+            agent=seed_agent, principal=alice, message=follow, follow_up=contract.follow_up(Dialect.A2A_1_0)
+        )
     task, _ = services.message_receive(
-        agent=seed_agent, principal=alice, message=follow, reopen=frozenset({TaskState.COMPLETED})
+        agent=seed_agent, principal=alice, message=follow, follow_up=contract.follow_up(Dialect.A2A_0_1)
     )
     assert task.pk == one.pk
 

@@ -22,11 +22,12 @@ from django.utils import timezone
 from accounts.models import Role
 from accounts.selectors import Principal
 from accounts.services import member_add, tenant_ensure
+from protocols import contract
 from push.models import ConfigStatus, DeliveryState, PushAttempt, PushConfig, PushDelivery
 from tasks_app import hints, parts, services
 from tasks_app.admin import TaskAdmin
 from tasks_app.domain import NewMessage
-from tasks_app.lifecycle import Failure, TaskState
+from tasks_app.lifecycle import Dialect, Failure, TaskState
 from tasks_app.models import Task, TaskEvent
 from tests.conftest import make_agent, user_message
 
@@ -72,7 +73,9 @@ def receive(agent, message_parts=None, *, task_id=None, references=()) -> Task:
         reference_task_ids=list(references),
         task_id=str(task_id) if task_id else None,
     )
-    return services.message_receive(agent=agent, principal=ALICE, message=message)[0]
+    return services.message_receive(
+        agent=agent, principal=ALICE, message=message, follow_up=contract.follow_up(Dialect.A2A_1_0)
+    )[0]
 
 
 def task_in(state: str, agent, *, references=()) -> Task:

@@ -19,11 +19,12 @@ from accounts.admin import AgentForm
 from accounts.models import Agent
 from accounts.selectors import Principal
 from accounts.services import AccountError, agent_secret_generate, agent_secret_set
+from protocols import contract
 from tasks_app import dispatch, runner, services
 from tasks_app.domain import NewMessage
 from tasks_app.errors import TaskClosed
 from tasks_app.executors import REGISTRY, Executor, Misconfigured
-from tasks_app.lifecycle import TaskState
+from tasks_app.lifecycle import Dialect, TaskState
 from tasks_app.models import Task
 from tests.conftest import make_agent
 
@@ -207,7 +208,12 @@ def run(tenant, monkeypatch, store_path):
         message = NewMessage(message_id=uuid.uuid4().hex, role="user", parts=[{"type": "text", "text": text}])
         if task is not None:
             message = NewMessage(message_id=message.message_id, role="user", parts=message.parts, task_id=str(task.pk))
-        found, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
+        found, _ = services.message_receive(
+            agent=agent,
+            principal=Principal("alice", api_key_id=1),
+            message=message,
+            follow_up=contract.follow_up(Dialect.A2A_1_0),
+        )
         outcome = runner.run(task_id=found.pk, run_token=str(found.run_token))
         found.refresh_from_db()
         return found, outcome

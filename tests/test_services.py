@@ -9,7 +9,7 @@ from accounts.selectors import Principal
 from tasks_app import runner, services
 from tasks_app.domain import NewArtifact, NewMessage
 from tasks_app.errors import InvalidTransition, TaskClosed, TaskNotCancelable
-from tasks_app.lifecycle import TaskState
+from tasks_app.lifecycle import Dialect, TaskState
 from tasks_app.models import Task, TaskEvent
 
 ALICE = Principal(name="alice", api_key_id=1)
@@ -26,9 +26,15 @@ def no_enqueue(monkeypatch):
     return sent
 
 
+def follow_up(acting=Dialect.A2A_1_0):
+    from protocols import contract  # the rule the exchange passes, as a 1.0 client's send has it
+
+    return contract.follow_up(acting)
+
+
 def receive(agent, text="hi", **fields):
     message = NewMessage(message_id=str(uuid.uuid4()), role="user", parts=[{"type": "text", "text": text}], **fields)
-    return services.message_receive(agent=agent, principal=ALICE, message=message)[0]
+    return services.message_receive(agent=agent, principal=ALICE, message=message, follow_up=follow_up())[0]
 
 
 def test_receiving_a_message_writes_the_task_its_history_and_the_first_event(echo_agent, no_enqueue):
@@ -355,17 +361,20 @@ def test_a_client_s_id_is_kept_beside_the_key_and_found_by_either_within_agent_a
         services.task_cancel(agent=echo_agent, principal=ALICE, task_id=hex_id)
 
 
-def test_a_follow_up_re_opens_a_completed_task_only_when_its_dialect_asks(echo_agent, no_enqueue):
+def test_a_follow_up_re_opens_a_completed_task_only_when_the_contract_says_so(echo_agent, no_enqueue):
+    """0.1 re-opens a completed task it made, for a 0.1 client; to anyone else, and for any task
+    another dialect made, completed is final (protocols.contract). The refusal writes nothing."""
     from tasks_app.errors import UnsupportedOperation
 
-    task = receive(echo_agent)
+    message = NewMessage(message_id="m1", role="user", parts=[{"type": "text", "text": "hi"}])
+    task, _ = services.message_receive(agent=echo_agent, principal=ALICE, message=message, dialect=Dialect.A2A_0_1)
     services.task_reply(task_id=task.pk, parts=[{"type": "text", "text": "done"}])
     assert Task.objects.get(pk=task.pk).reply_only
     follow = NewMessage(message_id="m2", role="user", parts=[{"type": "text", "text": "more"}], task_id=str(task.pk))
     with pytest.raises(UnsupportedOperation, match="terminal state"):
-        services.message_receive(agent=echo_agent, principal=ALICE, message=follow)
+        services.message_receive(agent=echo_agent, principal=ALICE, message=follow, follow_up=follow_up())
     again, _ = services.message_receive(
-        agent=echo_agent, principal=ALICE, message=follow, reopen=frozenset({TaskState.COMPLETED})
+        agent=echo_agent, principal=ALICE, message=follow, follow_up=follow_up(Dialect.A2A_0_1)
     )
     stored = Task.objects.get(pk=task.pk)
     assert again.pk == task.pk and stored.state == TaskState.SUBMITTED and not stored.reply_only
@@ -373,5 +382,22 @@ def test_a_follow_up_re_opens_a_completed_task_only_when_its_dialect_asks(echo_a
     services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(task.pk))
     with pytest.raises(UnsupportedOperation, match="is canceled"):
         services.message_receive(
-            agent=echo_agent, principal=ALICE, message=follow, reopen=frozenset({TaskState.COMPLETED})
+            agent=echo_agent, principal=ALICE, message=follow, follow_up=follow_up(Dialect.A2A_0_1)
         )
+    # A 1.0 task, completed: final for a 0.1 client too, and nothing of the follow-up is kept.
+    other = receive(echo_agent)
+    services.task_reply(task_id=other.pk, parts=[{"type": "text", "text": "done"}])
+    before = (other.messages.count(), other.events.count(), Task.objects.get(pk=other.pk).state)
+    follow = NewMessage(message_id="m3", role="user", parts=[{"type": "text", "text": "more"}], task_id=str(other.pk))
+    with pytest.raises(UnsupportedOperation, match="is completed; a task in a terminal state"):
+        services.message_receive(
+            agent=echo_agent, principal=ALICE, message=follow, follow_up=follow_up(Dialect.A2A_0_1)
+        )
+    assert (other.messages.count(), other.events.count(), Task.objects.get(pk=other.pk).state) == before
+
+
+def test_a_follow_up_needs_the_contract_s_rule(echo_agent, no_enqueue):
+    task = receive(echo_agent)
+    follow = NewMessage(message_id="m2", role="user", parts=[{"type": "text", "text": "more"}], task_id=str(task.pk))
+    with pytest.raises(TypeError, match="contract"):
+        services.message_receive(agent=echo_agent, principal=ALICE, message=follow)

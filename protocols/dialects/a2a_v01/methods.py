@@ -4,7 +4,8 @@ or the store's services/selectors, encode the result.
 0.1's clients choose their tasks' ids: `tasks/send` with an id this caller has not used
 starts a task that keeps that id; the same id again continues it. The rules of what a send
 may do to a task are the 0.1 document's: it starts a task, resumes an interrupted one, or
-re-opens a completed one (`REOPEN`); a canceled or failed task stays closed.
+re-opens a completed one, if 0.1 made it (the cross-dialect contract, `protocols.contract`,
+decides); a canceled or failed task stays closed.
 """
 
 from __future__ import annotations
@@ -17,18 +18,13 @@ from push import services as push_services
 from tasks_app import dbcalls, services, storable
 from tasks_app.domain import TaskView
 from tasks_app.errors import TaskNotFound
-from tasks_app.lifecycle import SETTLED, Dialect, TaskState
+from tasks_app.lifecycle import SETTLED, Dialect
 
 from ... import exchange
 from ...exchange import Call, EventStream
 from ..base import Handler
 from ..params import opt_int, opt_obj, opt_str, opt_str_list, required_str
 from . import codec
-
-# The 0.1 document, of tasks/send: "允许客户端向远程智能体发送内容以创建新任务、恢复中断任务或
-# 重新打开已完成任务" (to create a new task, resume an interrupted task, or re-open a completed
-# task). Completed alone re-opens; canceled, failed and rejected tasks stay closed.
-REOPEN = frozenset({TaskState.COMPLETED})
 
 
 def _task_id(call: Call, params: dict[str, Any]) -> str:
@@ -60,7 +56,6 @@ async def _send_params(call: Call, params: dict[str, Any]) -> exchange.Send:
         metadata=opt_obj(params, "metadata", "params"),
         push=push,
         client_task_id=task_id,
-        reopen=REOPEN,
         bare_replies=False,
     )
 
@@ -89,7 +84,7 @@ async def resubscribe(call: Call, params: dict[str, Any]) -> EventStream:
     task_id = _task_id(call, params)
     resume_after = exchange.last_event_id(call.last_event_id)
     # A 0.1 stream ends with its `final` event: when the task waits on the client or is over.
-    stream = await exchange.subscribe(call, task_id, resume_after=resume_after, until=SETTLED)
+    stream = await exchange.subscribe(call, task_id, acting=Dialect.A2A_0_1, resume_after=resume_after, until=SETTLED)
     return stream.encoded(_stream_encoder)
 
 
@@ -99,7 +94,9 @@ async def get(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def cancel(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    return codec.encode_task(await exchange.task_cancel(call, _task_id(call, params), history_length=0))
+    return codec.encode_task(
+        await exchange.task_cancel(call, _task_id(call, params), acting=Dialect.A2A_0_1, history_length=0)
+    )
 
 
 async def push_set(call: Call, params: dict[str, Any]) -> dict[str, Any]:

@@ -133,7 +133,7 @@ async def resubscribe(call: Call, params: dict[str, Any]) -> EventStream:
     task_id = _required_id(params)
     raw = fields.get(params, "lastEventId")
     resume_after = exchange.last_event_id(call.last_event_id if raw is None else raw)
-    stream = await exchange.subscribe(call, task_id, resume_after=resume_after)
+    stream = await exchange.subscribe(call, task_id, acting=Dialect.A2A_0_3, resume_after=resume_after)
     return stream.encoded(_stream_encoder(TERMINAL))
 
 
@@ -143,7 +143,7 @@ async def get_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    return codec.encode_task(await exchange.task_cancel(call, _required_id(params)))
+    return codec.encode_task(await exchange.task_cancel(call, _required_id(params), acting=Dialect.A2A_0_3))
 
 
 async def set_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:

@@ -84,7 +84,7 @@ async def subscribe_to_task(call: Call, params: dict[str, Any]) -> EventStream:
     task_id = _required_id(params)
     raw = fields.get(params, "lastEventId")
     resume_after = exchange.last_event_id(call.last_event_id if raw is None else raw)
-    stream = await exchange.subscribe(call, task_id, resume_after=resume_after)
+    stream = await exchange.subscribe(call, task_id, acting=Dialect.A2A_1_0, resume_after=resume_after)
     return stream.encoded(_stream_response)
 
 
@@ -127,7 +127,7 @@ async def list_tasks(call: Call, params: dict[str, Any]) -> dict[str, Any]:
 
 
 async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
-    return codec.encode_task(await exchange.task_cancel(call, _required_id(params)))
+    return codec.encode_task(await exchange.task_cancel(call, _required_id(params), acting=Dialect.A2A_1_0))
 
 
 async def create_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:

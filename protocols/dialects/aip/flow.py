@@ -10,7 +10,10 @@ shared store and exchange. One place for every way a command arrives: `rpc`, `st
     get       the task, with the messages and transitions since the times given
 
 A command that does not apply is ignored, as the seed says: the answer is the task as it is.
-Only a task that does not exist (for any command but start) is an error.
+Only a task that does not exist (for any command but start) is an error. Whether a command
+applies to a task that exists is the cross-dialect contract's to say (`protocols.contract`),
+as for every dialect: AIP's way of refusing is to ignore. A Leader's cancel and get join the
+history of AIP's own tasks only (`contract.keeps_command_messages`).
 """
 
 from __future__ import annotations
@@ -24,29 +27,33 @@ from django.conf import settings
 
 from tasks_app import dbcalls, selectors, services
 from tasks_app.domain import TaskRecord
-from tasks_app.errors import DomainError, TaskNotCancelable, TaskNotFound, UnsupportedOperation
-from tasks_app.lifecycle import INTERRUPTED, TERMINAL, Dialect, TaskState
+from tasks_app.errors import TaskNotCancelable, TaskNotFound, UnsupportedOperation
+from tasks_app.lifecycle import TERMINAL, Dialect
 
-from ... import exchange
+from ... import contract, exchange
 from ...exchange import Call, EventStream
 from ..params import opt_int
 from . import codec
 from .codec import LeaderMessage
 
-# Where continue applies: the task waits on the Leader (awaiting-input or -completion; an
-# A2A agent's auth-required shows as awaiting-input).
-_CONTINUABLE = INTERRUPTED
+AIP = Dialect.AIP_1_0
 
 
 def _not_found(task_id: str) -> TaskNotFound:
     return TaskNotFound(f"task {task_id!r} not found", data={"taskId": task_id})
 
 
-async def _state(call: Call, task_id: str) -> str | None:
-    """The caller's task's state, or None if it has no task of that id."""
+async def _found(call: Call, task_id: str) -> tuple[str, str] | None:
+    """The caller's task's state and creating dialect, or None if it has no task of that id."""
     return await dbcalls.run(
         selectors.task_state_for_caller, agent=call.agent, principal=call.principal, task_id=task_id
     )
+
+
+def _applies(found: tuple[str, str], op: contract.Op) -> bool:
+    """Whether a command applies to the task as the contract says (else it is ignored)."""
+    state, creator = found
+    return contract.decide(creator=creator, acting=AIP, op=op, state=state) is None
 
 
 def _id_check(call: Call, task_id: str) -> None:
@@ -104,7 +111,6 @@ def _send(
         until=TERMINAL,
         await_first_move=streaming,
         limits=message.limits() if start else None,
-        resume_as=TaskState.WORKING,
         attach=attach,
     )
 
@@ -124,48 +130,51 @@ async def apply(
 ) -> dict[str, Any]:
     task_id = message.task_id
     _id_check(call, task_id)
+    found = await _found(call, task_id)
     if message.command == "start":
-        if await _state(call, task_id) is None:
+        if found is None or _applies(found, contract.Op.START):
             try:
                 return await _answered(await exchange.send(call, _send(message, wait=wait, attach=attach)))
             except UnsupportedOperation:
                 pass  # another start of the same id won the race: this one is ignored
         return await task_json(call, task_id)
+    if found is None:
+        raise _not_found(task_id)
     if message.command == "continue":
-        state = await _state(call, task_id)
-        if state is None:
-            raise _not_found(task_id)
-        if state in _CONTINUABLE:
+        if _applies(found, contract.Op.SEND):
             try:
                 return await _answered(await exchange.send(call, _send(message, wait=wait)))
             except UnsupportedOperation:
                 pass  # the task moved on meanwhile (the Leader canceled it): ignored
         return await task_json(call, task_id)
-    stored = message.stored()
+    # The command's message joins the history of AIP's own tasks only.
+    stored = message.stored() if contract.keeps_command_messages(found[1]) else None
     if message.command == "cancel":
         reason = "canceled by the leader"
-        await _on_task(call, task_id, services.task_cancel, ignored=TaskNotCancelable, reason=reason, message=stored)
+        admit = contract.admit(AIP, contract.Op.CANCEL)
+        await _on_task(call, task_id, services.task_cancel, admit=admit, reason=reason, message=stored)
         return await task_json(call, task_id)
     if message.command == "complete":
-        await _on_task(call, task_id, services.task_confirm, ignored=UnsupportedOperation, message=stored)
+        admit = contract.admit(AIP, contract.Op.COMPLETE)
+        await _on_task(call, task_id, services.task_confirm, admit=admit, message=stored)
         return await task_json(call, task_id)
     # get: the message joins the history it asks for (the seed's example shows it there).
     params = codec.get_params(message)
-    await _on_task(call, task_id, services.message_record, message=stored)
+    if stored is not None:
+        await _on_task(call, task_id, services.message_record, message=stored)
     return await task_json(call, task_id, get=params)
 
 
-async def _on_task(
-    call: Call, task_id: str, service: Callable[..., Any], *, ignored: type[DomainError] | None = None, **kwargs: Any
-) -> None:
-    """Run a command's service on the caller's task. `ignored`: the error that says the command
-    does not apply in the task's state, which the seed has ignored, not refused."""
+async def _on_task(call: Call, task_id: str, service: Callable[..., Any], **kwargs: Any) -> None:
+    """Run a command's service on the caller's task. The contract's refusal (`admit`) says the
+    command does not apply in the task's state, which the seed has ignored, not refused: so is
+    any other UnsupportedOperation or TaskNotCancelable."""
     try:
         await dbcalls.run(service, agent=call.agent, principal=call.principal, task_id=task_id, **kwargs)
     except TaskNotFound:
         raise _not_found(task_id) from None
-    except DomainError as exc:
-        if ignored is None or not isinstance(exc, ignored):
+    except (UnsupportedOperation, TaskNotCancelable):
+        if "admit" not in kwargs:
             raise
 
 
@@ -197,17 +206,17 @@ async def stream(call: Call, raw: Any) -> EventStream:
         after = opt_int(
             message.command_params, "lastEventSeq", "params.message.commandParams", minimum=0, maximum=2**53
         )
-        if await _state(call, task_id) is None:
+        if await _found(call, task_id) is None:
             raise _not_found(task_id)
-        return await exchange.subscribe(call, task_id, resume_after=after or 0, until=TERMINAL)
-    state = await _state(call, task_id)
-    if message.command == "start" and state is None:
+        return await exchange.subscribe(call, task_id, acting=AIP, resume_after=after or 0, until=TERMINAL)
+    found = await _found(call, task_id)
+    if message.command == "start" and found is None:
         _id_check(call, task_id)
         return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
-    if message.command == "continue" and state in _CONTINUABLE:
+    if message.command == "continue" and found is not None and _applies(found, contract.Op.SEND):
         return await exchange.send_streaming(call, _send(message, wait=True, streaming=True))
     if message.command in ("cancel", "complete", "get"):
         await apply(call, message)
-    elif state is None:
+    elif found is None:
         raise _not_found(task_id)
     return await _one_task(call, task_id)
