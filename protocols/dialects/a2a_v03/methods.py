@@ -6,7 +6,8 @@ The flow is 1.0's (`a2a_v1.methods`): only the params, results and errors are 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from tasks_app.errors import (
     ExtensionSupportRequired,
     InvalidAgentResponse,
     PushNotificationNotSupported,
+    RetryLater,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -122,12 +124,39 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return _answer(await exchange.send(call, await _send_params(call, params)))
 
 
+def _streamed(method: Handler) -> Handler:
+    """A streaming method whose request cannot be served answers with a stream all the same,
+    its one event the error (a SendStreamingMessageResponse may be a JSONRPCErrorResponse,
+    §7.2.1), as 0.3's reference server does: 0.3 clients read a stream method's answer as
+    SSE only. A cap that frees up by itself keeps its HTTP 429 and Retry-After."""
+
+    async def answer(call: Call, params: dict[str, Any]) -> EventStream:
+        try:
+            return await method(call, params)
+        except RetryLater:
+            raise
+        except DomainError as exc:
+            return _failed(exc)
+
+    return answer
+
+
+def _failed(exc: DomainError) -> EventStream:
+    async def items() -> AsyncGenerator[Any, None]:
+        raise exc
+        yield  # an async generator, which fails when first read  # pragma: no cover
+
+    return EventStream(items(), AsyncExitStack())
+
+
+@_streamed
 async def send_streaming_message(call: Call, params: dict[str, Any]) -> EventStream:
     exchange.require_streaming(call.agent)
     stream = await exchange.send_streaming(call, await _send_params(call, params))
     return stream.encoded(_stream_encoder(SETTLED))
 
 
+@_streamed
 async def resubscribe(call: Call, params: dict[str, Any]) -> EventStream:
     exchange.require_streaming(call.agent)
     task_id = _required_id(params)
