@@ -399,14 +399,20 @@ def test_push_configs_set_get_list_and_delete(rpc03, echo_agent, alice_key):
     assert gone["code"] == -32001
 
 
-def test_a_config_set_without_an_id_takes_the_tasks_and_setting_again_replaces_it(rpc03, echo_agent, alice_key):
+def test_a_config_set_without_an_id_is_the_tasks_own_default_and_setting_again_replaces_it(
+    rpc03, echo_agent, alice_key
+):
     task_id = rpc03.send(ECHO, key=alice_key).result["id"]
     for url in (HOOK, "http://127.0.0.1:9/moved"):
         params = {"taskId": task_id, "pushNotificationConfig": {"url": url}}
         result = rpc03(ECHO, "tasks/pushNotificationConfig/set", params, key=alice_key).result
-        assert result["pushNotificationConfig"] == {"id": task_id, "url": url}
+        assert result["pushNotificationConfig"] == {"id": "default", "url": url}
     listed = rpc03(ECHO, "tasks/pushNotificationConfig/list", {"id": task_id}, key=alice_key).result
     assert [c["pushNotificationConfig"]["url"] for c in listed] == ["http://127.0.0.1:9/moved"]
+    # The official 0.3 suite reads it back by that name, and a 0.3 SDK by the task's id alone.
+    by_name = {"id": task_id, "pushNotificationConfigId": "default"}
+    assert rpc03(ECHO, "tasks/pushNotificationConfig/get", by_name, key=alice_key).result == listed[0]
+    assert rpc03(ECHO, "tasks/pushNotificationConfig/get", {"id": task_id}, key=alice_key).result == listed[0]
 
 
 def test_push_configs_on_an_agent_without_push_are_push_notification_not_supported(rpc03, tenant, alice_key):

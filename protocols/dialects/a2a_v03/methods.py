@@ -175,13 +175,18 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return codec.encode_task(await exchange.task_cancel(call, _required_id(params)))
 
 
+# The id the server gives a config set without one (0.3 leaves it to the server, §6.8): the
+# task's own config, which setting again replaces. The official 0.3 suite asks for it by this name.
+OWN_CONFIG_ID = "default"
+
+
 async def set_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     """tasks/pushNotificationConfig/set: a TaskPushNotificationConfig. Without an id the
-    config takes the task's, so setting again replaces it (as 0.3's reference server does)."""
+    config is the task's own (OWN_CONFIG_ID), so setting again replaces it."""
     exchange.require_push(call.agent)
     task_id = _required_id(params, "taskId")
     config = codec.decode_push_config(
-        fields.get(params, "pushNotificationConfig"), "params.pushNotificationConfig", default_id=task_id
+        fields.get(params, "pushNotificationConfig"), "params.pushNotificationConfig", default_id=OWN_CONFIG_ID
     )
     await exchange.push_config_check(config)
 
