@@ -328,6 +328,45 @@ def test_resubscribe_to_a_finished_task_without_a_last_event_id_is_unsupported(r
     assert answer["error"]["code"] == -32004
 
 
+def error_stream(rpc03, path: str, method: str, params: dict, *, key: str | None) -> dict[str, Any]:
+    """The one error of a stream method's answer, which must be a stream however it went."""
+    body = orjson.dumps({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params})
+    response = rpc03.client.post(path, data=body, content_type="application/json", headers={"X-API-Key": key})
+    assert response.status_code == 200 and response.streaming, response
+    assert response["Content-Type"].startswith("text/event-stream")
+    (event,) = stream(rpc03, path, method, params, key=key)
+    assert event["id"] == "s-1" and "result" not in event
+    return event["error"]
+
+
+def test_resubscribe_to_a_missing_task_is_a_stream_of_its_one_error(rpc03, echo_agent, alice_key):
+    error = error_stream(rpc03, ECHO, "tasks/resubscribe", {"id": str(uuid.uuid4())}, key=alice_key)
+    assert error["code"] == -32001 and "not found" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "code", "fragment"),
+    [
+        ("message/stream", {"message": {"kind": "message"}}, -32602, "params.message"),
+        ("message/stream", {"message": user_message_v03(taskId=str(uuid.uuid4()))}, -32001, "not found"),
+        ("tasks/resubscribe", {"id": "x", "lastEventId": "x"}, -32602, "lastEventId must be an event id"),
+    ],
+)
+def test_a_stream_method_that_cannot_start_answers_with_a_stream_of_its_error(
+    rpc03, echo_agent, alice_key, method, params, code, fragment
+):
+    error = error_stream(rpc03, ECHO, method, params, key=alice_key)
+    assert error["code"] == code and fragment in error["message"], error
+
+
+def test_message_stream_to_a_finished_task_is_a_stream_of_its_error_and_stores_nothing(rpc03, echo_agent, alice_key):
+    done = rpc03.send(ECHO, key=alice_key).result
+    before = Task.objects.get(pk=done["id"]).last_seq
+    follow_up = {"message": user_message_v03(taskId=done["id"])}
+    assert error_stream(rpc03, ECHO, "message/stream", follow_up, key=alice_key)["code"] == -32004
+    assert Task.objects.get(pk=done["id"]).last_seq == before
+
+
 def test_streaming_off_is_unsupported_operation(rpc03, tenant, alice_key):
     make_agent(tenant, "echo", "echo", streaming=False)
     (answer,) = stream(rpc03, ECHO, "message/stream", {"message": user_message_v03()}, key=alice_key)
@@ -360,14 +399,20 @@ def test_push_configs_set_get_list_and_delete(rpc03, echo_agent, alice_key):
     assert gone["code"] == -32001
 
 
-def test_a_config_set_without_an_id_takes_the_tasks_and_setting_again_replaces_it(rpc03, echo_agent, alice_key):
+def test_a_config_set_without_an_id_is_the_tasks_own_default_and_setting_again_replaces_it(
+    rpc03, echo_agent, alice_key
+):
     task_id = rpc03.send(ECHO, key=alice_key).result["id"]
     for url in (HOOK, "http://127.0.0.1:9/moved"):
         params = {"taskId": task_id, "pushNotificationConfig": {"url": url}}
         result = rpc03(ECHO, "tasks/pushNotificationConfig/set", params, key=alice_key).result
-        assert result["pushNotificationConfig"] == {"id": task_id, "url": url}
+        assert result["pushNotificationConfig"] == {"id": "default", "url": url}
     listed = rpc03(ECHO, "tasks/pushNotificationConfig/list", {"id": task_id}, key=alice_key).result
     assert [c["pushNotificationConfig"]["url"] for c in listed] == ["http://127.0.0.1:9/moved"]
+    # The official 0.3 suite reads it back by that name, and a 0.3 SDK by the task's id alone.
+    by_name = {"id": task_id, "pushNotificationConfigId": "default"}
+    assert rpc03(ECHO, "tasks/pushNotificationConfig/get", by_name, key=alice_key).result == listed[0]
+    assert rpc03(ECHO, "tasks/pushNotificationConfig/get", {"id": task_id}, key=alice_key).result == listed[0]
 
 
 def test_push_configs_on_an_agent_without_push_are_push_notification_not_supported(rpc03, tenant, alice_key):
@@ -537,7 +582,6 @@ def test_bad_params_are_the_dialects_errors_naming_the_field(rpc03, echo_agent, 
         ("tasks/get", {}, "params.id is required"),
         ("tasks/get", {"id": "x", "historyLength": "many"}, "params.historyLength must be an integer"),
         ("tasks/cancel", {"id": 7}, "params.id is required"),
-        ("tasks/resubscribe", {"id": "x", "lastEventId": "x"}, "lastEventId must be an event id"),
         ("tasks/pushNotificationConfig/set", {"taskId": "x"}, "params.pushNotificationConfig must be an object"),
         ("tasks/pushNotificationConfig/get", {"taskId": "x"}, "params.id is required"),
         ("tasks/pushNotificationConfig/list", {"id": ""}, "params.id is required"),

@@ -173,6 +173,8 @@ def test_resubscribing_to_a_finished_task_is_refused_in_the_dialect_that_answers
     task_id = create(client, alice_key, creator, "hello")
     method_dialect, version, query = READERS[reader]
     answer = call(client, alice_key, RESUBSCRIBE[method_dialect], {"id": task_id}, version=version, query=query)
+    if isinstance(answer, list):  # 0.3 refuses in a stream of its one error (docs/dialects.md)
+        (answer,) = answer
     error = answer["error"]
     assert error["code"] == -32004  # a finished task has nothing to follow
     assert dialect_of_error(error) == expected(reader, creator)

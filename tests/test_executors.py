@@ -1,7 +1,11 @@
 """The built-in agents, run in-process through the JSON-RPC endpoint."""
 
+from dataclasses import dataclass, field
+
 import pytest
 
+from tasks_app.executors import conformance
+from tasks_app.lifecycle import Dialect
 from tasks_app.models import TaskEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -78,6 +82,66 @@ def test_the_conformance_agent_follows_the_suites_table(rpc, conformance_agent, 
     task = rpc.send(CONFORMANCE, messageId=f"{prefix}-0123abcd").result["task"]
     assert task["status"]["state"] == state
     assert check(task), task
+
+
+def test_a_task_created_in_0_3_that_names_no_behaviour_waits_so_the_client_can_continue_and_cancel_it(
+    rpc03, conformance_agent
+):
+    # The 0.3 suite's messageIds are random: it continues and cancels what a plain send creates.
+    first = rpc03.send(CONFORMANCE, "start").result
+    assert first["status"]["state"] == "input-required"
+    follow_up = rpc03.send(CONFORMANCE, "more", taskId=first["id"]).result
+    assert follow_up["id"] == first["id"] and follow_up["status"]["state"] == "input-required"
+    assert [m["role"] for m in follow_up["history"]] == ["user", "agent", "user", "agent"]
+    canceled = rpc03(CONFORMANCE, "tasks/cancel", {"id": first["id"]}).result
+    assert canceled["status"]["state"] == "canceled"
+
+
+def test_a_task_created_in_1_0_that_names_no_behaviour_still_completes_at_once(rpc, rpc03, conformance_agent):
+    done = rpc.send(CONFORMANCE, messageId="a-random-id").result["task"]
+    assert done["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert rpc03(CONFORMANCE, "tasks/get", {"id": done["id"]}).result["status"]["state"] == "completed"
+
+
+@dataclass
+class _Clock:
+    now: float = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class _Ctx:
+    """What the resubscribe behaviour uses of an AgentContext, with the time it was left working."""
+
+    clock: _Clock
+    dialect: str
+    message_id: str = "test-resubscribe-message-id-4f1c"
+    calls: list = field(default_factory=list)
+    cancelled: bool = False
+
+    @property
+    def message(self):
+        return type("Message", (), {"message_id": self.message_id})()
+
+    def working(self):
+        self.calls.append(("working", self.clock.now))
+
+    def complete(self, *_):
+        self.calls.append(("completed", self.clock.now))
+
+
+@pytest.mark.parametrize(("dialect", "seconds"), [(Dialect.A2A_1_0, 4), (Dialect.A2A_0_3, 12)])
+def test_the_resubscribe_task_stays_working_as_long_as_its_suite_streams(monkeypatch, dialect, seconds):
+    # 0.3's suite needs two of its streaming timeouts (5 s each in the team's runner); 1.0's, 4 s.
+    clock = _Clock()
+    monkeypatch.setattr(conformance.time, "sleep", clock.sleep)
+    monkeypatch.setattr(conformance.time, "monotonic", lambda: clock.now)
+    ctx = _Ctx(clock, dialect)
+    conformance.ConformanceExecutor().execute(ctx)
+    (_, began), (state, ended) = ctx.calls
+    assert state == "completed" and seconds <= ended - began < seconds + 0.2
 
 
 @pytest.mark.parametrize(

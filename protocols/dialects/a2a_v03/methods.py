@@ -6,7 +6,8 @@ The flow is 1.0's (`a2a_v1.methods`): only the params, results and errors are 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
+from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from tasks_app.errors import (
     ExtensionSupportRequired,
     InvalidAgentResponse,
     PushNotificationNotSupported,
+    RetryLater,
     TaskNotCancelable,
     TaskNotFound,
     UnsupportedOperation,
@@ -122,12 +124,39 @@ async def send_message(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return _answer(await exchange.send(call, await _send_params(call, params)))
 
 
+def _streamed(method: Handler) -> Handler:
+    """A streaming method whose request cannot be served answers with a stream all the same,
+    its one event the error (a SendStreamingMessageResponse may be a JSONRPCErrorResponse,
+    §7.2.1), as 0.3's reference server does: 0.3 clients read a stream method's answer as
+    SSE only. A cap that frees up by itself keeps its HTTP 429 and Retry-After."""
+
+    async def answer(call: Call, params: dict[str, Any]) -> EventStream:
+        try:
+            return await method(call, params)
+        except RetryLater:
+            raise
+        except DomainError as exc:
+            return _failed(exc)
+
+    return answer
+
+
+def _failed(exc: DomainError) -> EventStream:
+    async def items() -> AsyncGenerator[Any, None]:
+        raise exc
+        yield  # an async generator, which fails when first read  # pragma: no cover
+
+    return EventStream(items(), AsyncExitStack())
+
+
+@_streamed
 async def send_streaming_message(call: Call, params: dict[str, Any]) -> EventStream:
     exchange.require_streaming(call.agent)
     stream = await exchange.send_streaming(call, await _send_params(call, params))
     return stream.encoded(_stream_encoder(SETTLED))
 
 
+@_streamed
 async def resubscribe(call: Call, params: dict[str, Any]) -> EventStream:
     exchange.require_streaming(call.agent)
     task_id = _required_id(params)
@@ -146,13 +175,18 @@ async def cancel_task(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     return codec.encode_task(await exchange.task_cancel(call, _required_id(params), acting=Dialect.A2A_0_3))
 
 
+# The id the server gives a config set without one (0.3 leaves it to the server, §6.8): the
+# task's own config, which setting again replaces. The official 0.3 suite asks for it by this name.
+OWN_CONFIG_ID = "default"
+
+
 async def set_push_config(call: Call, params: dict[str, Any]) -> dict[str, Any]:
     """tasks/pushNotificationConfig/set: a TaskPushNotificationConfig. Without an id the
-    config takes the task's, so setting again replaces it (as 0.3's reference server does)."""
+    config is the task's own (OWN_CONFIG_ID), so setting again replaces it."""
     exchange.require_push(call.agent)
     task_id = _required_id(params, "taskId")
     config = codec.decode_push_config(
-        fields.get(params, "pushNotificationConfig"), "params.pushNotificationConfig", default_id=task_id
+        fields.get(params, "pushNotificationConfig"), "params.pushNotificationConfig", default_id=OWN_CONFIG_ID
     )
     await exchange.push_config_check(config)
 
