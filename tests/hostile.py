@@ -345,7 +345,7 @@ V01_MEMBERS = {
     "tasks/get": {"id", "historyLength", "metadata"},
     "tasks/cancel": {"id", "metadata"},
     "tasks/pushNotification/set": {"id", "pushNotificationConfig"},
-    "tasks/pushNotification/get": {"id"},
+    "tasks/pushNotification/get": {"id", "metadata"},  # TaskIdParams, as cancel's
     "tasks/resubscribe": {"id", "historyLength", "metadata"},
 }
 V01_MEMBERS["tasks/sendSubscribe"] = V01_MEMBERS["tasks/send"]
@@ -1627,8 +1627,10 @@ def rest_verdict(
         outcome = _status_reason(obj, status, f"HTTP {status}")
     if status == 401 and (request.valid_key or not request.key_presented and request.agent == "public"):
         raise WrongAuth(f"401 for a request with the good key, or for the public agent without one: {obj!r:.300}")
-    # Only the route (no such path, another HTTP method) is answered before the caller is known.
-    before_auth = status in (404, 405) and outcome == "METHOD_NOT_FOUND"
+    # Only the route (no such path, another HTTP method) is answered before the caller is known;
+    # and an agent's card, which is public (A2A: discovery needs no credentials).
+    public_card = request.http_method in ("GET", "HEAD") and request.path.startswith(".well-known/") and status == 200
+    before_auth = status in (404, 405) and outcome == "METHOD_NOT_FOUND" or public_card
     if status != 401 and request.agent == "keyed" and not request.valid_key and not before_auth:
         raise WrongAuth(f"HTTP {status}, not 401, for the keyed agent without a good key: {obj!r:.300}")
     return status, outcome
