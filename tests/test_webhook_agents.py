@@ -25,16 +25,18 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 from accounts import agent_kinds
 from accounts.selectors import Principal
 from accounts.services import agent_secret_generate, agent_secret_set
+from protocols import contract
 from tasks_app import runner, selectors, services
 from tasks_app.domain import NewMessage
 from tasks_app.executors import Misconfigured, webhook
 from tasks_app.executors.webhook import Action, ActionError, ArtifactSpec, parse_action
-from tasks_app.lifecycle import SETTLED, Failure, TaskState
+from tasks_app.lifecycle import SETTLED, Dialect, Failure, TaskState
 from tasks_app.models import Task
 from tests.conftest import make_agent, user_message
 from tests.webhook_endpoint import Endpoint, Reply, document, line, ndjson
 
 ALICE = Principal("alice", api_key_id=1)
+A2A_FOLLOW_UP = contract.follow_up(Dialect.A2A_1_0)  # the tasks here are 1.0 tasks
 
 
 # --- the signature and the actions, without a server ----------------------------------------
@@ -206,7 +208,9 @@ def send(agent, text: str = "hello", *, task_id: Any = None, extensions: list[st
         agent.extensions = [{"uri": uri} for uri in extensions]
         agent.save()
     activated = [{"uri": uri, "metadata": {}} for uri in extensions or []]
-    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, activated_extensions=activated)
+    task, _ = services.message_receive(
+        agent=agent, principal=ALICE, message=message, activated_extensions=activated, follow_up=A2A_FOLLOW_UP
+    )
     outcome = runner.run(task_id=task.pk, run_token=str(task.run_token))
     task.refresh_from_db()
     return task, outcome
@@ -688,7 +692,7 @@ def test_a_task_canceled_while_its_endpoint_is_quiet_stops_the_run_and_closes_th
     agent = webhook_agent(tenant, secret, endpoint.url())
     endpoint.answer(Reply(chunks=[(0, WORKING), (1.5, line({"type": "complete"})), (0.1, WORKING)]))
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hello"}])
-    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message)
+    task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, follow_up=A2A_FOLLOW_UP)
     outcome: list[str] = []
 
     def work() -> None:
