@@ -9,7 +9,9 @@ The client is one pipelined connection per event loop (`per_loop`, `redis_lines.
 redis-py's asyncio client spent ~0.12 ms of the web process's CPU on each rate-limit check,
 11 % of daphne's samples under SendMessage load (py-spy, bench/README.md). A call that times
 out or fails drops the connection (a late reply could no longer be matched to its call),
-fails every call waiting on it, and the next call after the back-off connects anew.
+fails every call waiting on it, and the next call after the back-off connects anew. A loop
+that ends (asyncio.run, as asgiref runs each request of Django's test client) closes its
+connection as it shuts down: `_closed_with_the_loop`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import hashlib
 import logging
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from tasks_app import redis_lines
@@ -62,6 +64,7 @@ class AdvisoryRedis:
         self._down_until = 0.0
         self._line: redis_lines.AsyncLine | None = None
         self._connecting: asyncio.Future[redis_lines.AsyncLine] | None = None
+        self._keeper: Any = None
 
     async def call(self, *args: Any) -> Any | None:
         """The reply to one command, or None when Redis is away (or was, moments ago)."""
@@ -106,6 +109,18 @@ class AdvisoryRedis:
         self._connecting = None
         if not attempt.cancelled() and attempt.exception() is None:
             self._line = attempt.result()
+            if self._keeper is None:
+                self._keeper = self._closed_with_the_loop()
+                asyncio.ensure_future(self._keeper.__anext__())  # to its yield: the loop now tracks it
+
+    async def _closed_with_the_loop(self) -> AsyncIterator[None]:
+        # An async generator the loop knows of: asyncio.run's shutdown_asyncgens() closes it,
+        # and this closes the connection, which would otherwise outlive its loop (a socket per
+        # request under Django's test client, until Redis refused new clients).
+        try:
+            yield
+        finally:
+            await self.aclose()
 
     def _down(self, exc: BaseException) -> None:
         self._down_until = time.monotonic() + BACKOFF

@@ -128,3 +128,19 @@ def test_calls_waiting_on_a_connection_that_fails_all_answer_none_and_none_hangs
         return answers
 
     assert on_one_loop(body) == [None] * 6
+
+
+def test_a_loop_that_ends_closes_its_connection(empty_database):
+    def clients() -> int:
+        return sum(1 for c in empty_database.client_list() if c["db"] == "5" and c["cmd"] != "client|list")
+
+    before = clients()
+    line = advisory.AdvisoryRedis(URL, failing())
+
+    async def one_request():
+        assert await line.call("PING") == b"PONG"
+        return clients()
+
+    during = asyncio.run(one_request())
+    assert during == before + 1
+    assert clients() == before  # asyncio.run shut the loop down, and the connection with it

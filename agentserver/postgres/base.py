@@ -25,8 +25,11 @@ def ended_by_server(connection: Any) -> bool:
     """Whether Postgres has written to (or closed) this idle psycopg connection."""
     if connection.closed:
         return True
-    readable, _, _ = select.select([connection.fileno()], [], [], 0)
-    return bool(readable)
+    # poll, not select: select refuses descriptors past 1023, which a process holding many
+    # sockets (thousands of streams) hands out.
+    poller = select.poll()
+    poller.register(connection.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
