@@ -47,6 +47,9 @@ class AgentRequest:
     query: Mapping[str, str]
     body: bytes | None  # None: larger than DATA_UPLOAD_MAX_MEMORY_SIZE
     base_url: str
+    # The agent's URL when the request came by a bound host name's root ("https://name/");
+    # "" for the path-based one (base_url and the agent's path).
+    agent_url: str = ""
     client: str = ""  # the client's address, as the server saw it
     path: str = ""  # below the agent's path: "" for the path itself, "tasks/…" for an HTTP+JSON route
 
