@@ -47,7 +47,8 @@ def register_domain_proof(proof: DomainProof) -> None:
     _proof = proof
 
 
-def _name(host: str) -> str:
+def host_check(host: str) -> str:
+    """The name `host` stands for, if it may be bound (AccountError says why not): forms call this too."""
     name = host_name(host) if isinstance(host, str) else None
     if name is None:
         raise AccountError(f"{str(host)[:100]!r} is not a host name (a DNS name or an IP address, without a path)")
@@ -73,7 +74,7 @@ def host_bind(*, agent: Agent, host: str, card_version: str = "", by: Any = None
     """The operator's binding: `agent` answers at the root of `host` from the next request on,
     with no proof asked (idempotent; a pending claim of the agent's is bound). `card_version`:
     the card a request naming no version gets there (RootCard)."""
-    name, card_version = _name(host), _card_version(card_version)
+    name, card_version = host_check(host), _card_version(card_version)
     user = by if getattr(by, "pk", None) else None
     try:
         with transaction.atomic():
@@ -93,8 +94,9 @@ def host_bind(*, agent: Agent, host: str, card_version: str = "", by: Any = None
 
 def host_claim(*, agent: Agent, host: str, card_version: str = "", by: Any = None) -> AgentHost:
     """A tenant's claim of `host` for `agent`: pending, with a fresh token to publish (the
-    claim there is, if the agent has one). Served nowhere until `host_verify` finds the token."""
-    name, card_version = _name(host), _card_version(card_version)
+    claim or binding there is, if the agent has one, with `card_version` as its root's card).
+    Served nowhere until `host_verify` finds the token."""
+    name, card_version = host_check(host), _card_version(card_version)
     with transaction.atomic():
         _taken(name, agent)
         binding, _ = AgentHost.objects.get_or_create(
@@ -106,6 +108,9 @@ def host_claim(*, agent: Agent, host: str, card_version: str = "", by: Any = Non
                 "bound_by": by if getattr(by, "pk", None) else None,
             },
         )
+        if binding.card_version != card_version:  # the claim or binding there was, its root's card changed
+            binding.card_version = card_version
+            binding.save(update_fields=["card_version"])
     return binding
 
 
