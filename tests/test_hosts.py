@@ -5,8 +5,6 @@ keep today's behaviour."""
 
 from __future__ import annotations
 
-import asyncio
-
 import orjson
 import pytest
 from django.core.management import call_command
@@ -19,7 +17,7 @@ from accounts.host_services import DomainProof, ProofOutcome, host_bind, host_cl
 from accounts.hosts import host_name
 from accounts.models import AgentHost
 from accounts.services import AccountError, api_key_create, tenant_ensure
-from tests.conftest import make_agent, run_async
+from tests.conftest import asgi_get, make_agent, run_async
 
 HOST = "agent.example.com"
 JSON = "application/json"
@@ -272,38 +270,6 @@ def test_a_key_of_another_tenant_gets_nothing_on_a_bound_name(client, bound):
     _, key = api_key_create(tenant=tenant_ensure(slug="other", name="Other"), name="k", principal="mallory")
     answer = client.post("/", send_v1(), content_type=JSON, HTTP_A2A_VERSION="1.0", HTTP_X_API_KEY=key, **on(HOST))
     assert answer.status_code == 403
-
-
-async def asgi_get(app, path: str, host: str) -> tuple[int, bytes]:
-    """One GET through an ASGI application with exactly this Host header."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", host.encode())],
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 80),
-    }
-    sent: list[dict] = []
-    incoming = [{"type": "http.request", "body": b"", "more_body": False}]
-
-    async def receive():
-        if incoming:
-            return incoming.pop()
-        await asyncio.Event().wait()  # the client stays until the answer is sent
-
-    async def send(message):
-        sent.append(message)
-
-    await app(scope, receive, send)
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return sent[0]["status"], body
 
 
 @pytest.mark.django_db(transaction=True)
