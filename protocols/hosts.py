@@ -119,7 +119,7 @@ def agent_url_of(meta_or_scope: Any) -> str:
 
 def root_card_version(meta_or_scope: Any) -> str:
     """The card version a bound name's root gives a request naming none ("" for the default)."""
-    return meta_or_scope.get(CARD_KEY) or "" if meta_or_scope.get(ROOT_KEY) else ""
+    return (meta_or_scope.get(CARD_KEY) or "") if meta_or_scope.get(ROOT_KEY) else ""
 
 
 class BoundHostMiddleware:

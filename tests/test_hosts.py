@@ -188,8 +188,10 @@ def test_a_name_may_give_the_0_3_card_to_a_request_naming_no_version(client, ech
     assert client.get("/.well-known/agent-card.json", **on(HOST)).json()["protocolVersion"] == "0.3.0"
     v1 = client.get("/.well-known/agent-card.json", HTTP_A2A_VERSION="1.0", **on(HOST)).json()
     assert "supportedInterfaces" in v1
-    # The path-based card stays the default's, whatever the name's root gives.
+    # The path-based card stays the default's, whatever the name's root gives, on any name.
     assert "supportedInterfaces" in client.get("/agents/acme/echo/.well-known/agent-card.json").json()
+    by_path = client.get("/agents/acme/echo/.well-known/agent-card.json", **on(HOST)).json()
+    assert by_path["supportedInterfaces"][0]["url"] == f"http://{HOST}/agents/acme/echo/"
 
 
 def test_the_agents_own_path_answers_on_its_name_and_names_that_path(client, bound):
@@ -281,3 +283,17 @@ def test_djangos_async_handler_serves_a_bound_name_through_the_middleware(bound)
     assert orjson.loads(body)["supportedInterfaces"][0]["url"] == f"http://{HOST}:8000/"
     status, _ = run_async(asgi_get(ASGIHandler(), "/admin/", HOST))
     assert status == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_daphnes_router_serves_a_bound_name_and_nothing_else_there(bound):
+    from agentserver.asgi import application
+
+    status, body = run_async(asgi_get(application, "/.well-known/agent-card.json", f"{HOST}:8000"))
+    assert status == 200 and orjson.loads(body)["supportedInterfaces"][0]["url"] == f"http://{HOST}:8000/"
+    status, body = run_async(asgi_get(application, "/", HOST))  # the JSON-RPC consumer: POST only
+    assert status == 405 and orjson.loads(body)["error"]
+    for path in OTHER_PATHS:
+        assert run_async(asgi_get(application, path, HOST))[0] == 404, path
+    assert run_async(asgi_get(application, "/.well-known/agent-card.json", "stranger.example"))[0] == 400
+    assert run_async(asgi_get(application, "/agents/acme/echo/.well-known/agent-card.json", "localhost"))[0] == 200
