@@ -47,7 +47,8 @@ class Resolved:
 
 def _origin(scheme: str, name: str, raw_host: str, forwarded_proto: str | None) -> str:
     if settings.NUM_PROXIES and forwarded_proto in ("http", "https"):
-        scheme = forwarded_proto  # the proxy in front terminated TLS (docs/operations.md)
+        scheme = forwarded_proto  # the proxy in front terminated TLS (docs/tenancy.md)
+    raw_host = raw_host.strip()
     port = raw_host.rpartition("]")[2] if raw_host.startswith("[") else raw_host
     _, colon, digits = port.rpartition(":")
     shown = f"[{name}]" if ":" in name else name
@@ -61,7 +62,9 @@ def _rewrite(path: str, bound: Bound) -> tuple[str, bool]:
     return own + path.removeprefix("/"), True
 
 
-def _resolved(path: str, raw_host: str, name: str, bound: Bound | None, scheme: str, proto: str | None):
+def _resolved(
+    path: str, raw_host: str, name: str, bound: Bound | None, scheme: str, proto: str | None
+) -> Resolved | None:
     if bound is None:
         return None
     rewritten, at_root = _rewrite(path, bound)
