@@ -16,8 +16,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from . import agent_kinds
+from .admin_hosts import AgentHostInline, save_hosts, verify_pending_hosts
 from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
-from .models import Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Role, Tenant
 from .services import (
     AccountError,
     agent_secret_check,
@@ -126,6 +127,14 @@ class AgentAdmin(TenantScopedAdmin):
     list_select_related = ("tenant",)
     search_fields = ("slug", "name", "tenant__slug")
     form = AgentForm
+    inlines = (AgentHostInline,)
+    actions = (verify_pending_hosts,)
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        if formset.model is AgentHost:
+            save_hosts(request, form.instance, formset)
+        else:
+            super().save_formset(request, form, formset, change)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> Any:
         # Tasks point at (agent, tenant) together: an agent cannot move to another tenant.

@@ -7,6 +7,6 @@ class AccountsConfig(AppConfig):
 
     def ready(self) -> None:
         from . import changes
-        from .models import Agent, ApiKey, OidcIssuer, Tenant
+        from .models import Agent, AgentHost, ApiKey, OidcIssuer, Tenant
 
-        changes.connect_signals(Tenant, Agent, ApiKey, OidcIssuer)
+        changes.connect_signals(Tenant, Agent, ApiKey, OidcIssuer, AgentHost)

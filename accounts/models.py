@@ -271,3 +271,68 @@ class OidcIssuer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.issuer} for {self.tenant.slug}"
+
+
+class HostProof(models.TextChoices):
+    """How the right to a host name was shown (docs/tenancy.md, "Agents at their own host names")."""
+
+    OPERATOR = "operator", "Bound by the server's operator"
+    DNS = "dns", "A DNS TXT record"
+    HTTP = "http", "A token at a well-known path"
+
+
+class RootCard(models.TextChoices):
+    DEFAULT = "", "The default (A2A 1.0)"
+    A2A_0_3 = "0.3", "A2A 0.3"
+
+
+class AgentHost(models.Model):
+    """A host name at whose root one agent answers: its card at /.well-known/agent-card.json,
+    its endpoints at /. A tenant's claim is pending (`proven_at` empty, served nowhere) until
+    the token is found on the host (the registry's DNS TXT or well-known proof); the operator
+    binds any name at once. A name is served for one agent only; pending claims of it may be
+    several (whoever proves first takes it)."""
+
+    host = models.CharField(max_length=253, help_text="Lower-case, IDNA-encoded, without a port.")
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="hosts")
+    card_version = models.CharField(
+        max_length=8,
+        choices=RootCard.choices,
+        blank=True,
+        help_text="The card a request that names no A2A version gets at this name's root: the default's "
+        "(1.0), or 0.3's for clients that read the root's card without saying which (A2A 0.3 clients, "
+        "the 0.3 conformance suite).",
+    )
+    proof = models.CharField(max_length=8, choices=HostProof.choices, blank=True)
+    proof_token = models.CharField(max_length=100, blank=True, editable=False)
+    proven_at = models.DateTimeField(null=True, blank=True, editable=False)
+    bound_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["host"]
+        verbose_name = "host name"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["host"], condition=Q(proven_at__isnull=False), name="accounts_agenthost_one_bound_per_host"
+            ),
+            models.UniqueConstraint(fields=["host", "agent"], name="accounts_agenthost_one_claim_per_agent"),
+            models.CheckConstraint(
+                condition=Q(proof__in=[*HostProof.values, ""]), name="accounts_agenthost_proof_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(proven_at__isnull=True) | ~Q(proof=""), name="accounts_agenthost_bound_has_proof"
+            ),
+            models.CheckConstraint(
+                condition=Q(card_version__in=RootCard.values), name="accounts_agenthost_card_version_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.host
+
+    @property
+    def is_bound(self) -> bool:
+        return self.proven_at is not None

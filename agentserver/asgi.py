@@ -28,6 +28,8 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # noqa: E402
 from django.core.handlers.exception import convert_exception_to_response  # noqa: E402
 
+from protocols import hosts, routes  # noqa: E402
+
 
 class AgentAPIHandler(ASGIHandler):
     """Django's ASGI handler with an empty middleware chain and no per-request thread.
@@ -43,6 +45,12 @@ class AgentAPIHandler(ASGIHandler):
             raise ValueError(f"agent endpoints serve HTTP only, not {scope['type']}")
         await self.handle(scope, receive, send)
 
+    def create_request(self, scope, body_file):
+        request, error = super().create_request(scope, body_file)
+        if request is not None and hosts.ORIGIN_KEY in scope:  # came by a bound host name (protocols.hosts)
+            request.META.update({key: scope[key] for key in (hosts.ORIGIN_KEY, hosts.ROOT_KEY, hosts.CARD_KEY)})
+        return request, error
+
     def load_middleware(self, is_async=False):
         self._view_middleware = []
         self._template_response_middleware = []
@@ -54,10 +62,11 @@ class AgentAPIHandler(ASGIHandler):
 agent_api_application = AgentAPIHandler()
 
 
-from protocols import routes  # noqa: E402
-
-
 async def http_router(scope, receive, send):
+    # On a host name bound to an agent every path is that agent's (protocols.hosts).
+    bound = await hosts.resolve_scope(scope)
+    if bound is not None:
+        scope = bound
     path = scope["path"]
     if not path.startswith(routes.PREFIX):
         return await django_application(scope, receive, send)

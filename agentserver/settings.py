@@ -52,6 +52,9 @@ INSTALLED_APPS = [
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 MIDDLEWARE = [
+    # A request on a host name bound to an agent goes to the agent's view, and no further
+    # (protocols.hosts): that name is not in ALLOWED_HOSTS, and serves nothing else.
+    "protocols.hosts.BoundHostMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Static files are answered here, before sessions, CSRF or users are looked at.
     "whitenoise.middleware.WhiteNoiseMiddleware",

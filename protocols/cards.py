@@ -81,8 +81,14 @@ def provider(agent: Agent, *, base_url: str) -> dict[str, str]:
     return {"organization": agent.provider_organization or agent.tenant.name, "url": agent.provider_url or base_url}
 
 
-def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
-    url = f"{base_url}{agent.path}"
+def agent_url(agent: Agent, *, base_url: str, url: str = "") -> str:
+    """Where the agent answers: `url` when the request came by a bound host name's root,
+    else its path below `base_url`."""
+    return url or f"{base_url}{agent.path}"
+
+
+def agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
+    url = agent_url(agent, base_url=base_url, url=url)
     schemes, requirements = security(agent)
     card: dict[str, Any] = {
         "name": agent.name,
@@ -110,9 +116,9 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
     return card
 
 
-def extended_agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
+def extended_agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
     """The card plus what the agent shows only to authenticated callers (lists are extended)."""
-    return extended(agent_card(agent, base_url=base_url), agent)
+    return extended(agent_card(agent, base_url=base_url, url=url), agent)
 
 
 def extended(card: dict[str, Any], agent: Agent) -> dict[str, Any]:

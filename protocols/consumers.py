@@ -18,7 +18,7 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 from django.conf import settings
 
-from . import endpoint, jsonrpc
+from . import endpoint, hosts, jsonrpc
 from .bindings import AgentRequest, Binding, Fault, Reply, base
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,11 @@ class AgentConsumer(AsyncHttpConsumer):
         scope = self.scope
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         kwargs = scope["url_route"]["kwargs"]
-        base_url = settings.PUBLIC_BASE_URL or f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
+        base_url = (
+            hosts.origin_of(scope)
+            or settings.PUBLIC_BASE_URL
+            or f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
+        )
         return AgentRequest(
             tenant=kwargs["tenant"],
             agent=kwargs["agent"],
@@ -74,6 +78,7 @@ class AgentConsumer(AsyncHttpConsumer):
             query=base.query_of(scope.get("query_string", b"").decode("latin-1")),
             body=body,
             base_url=base_url,
+            agent_url=hosts.agent_url_of(scope),
             client=(scope.get("client") or ("",))[0] or "",
             path=kwargs.get("path", ""),
         )

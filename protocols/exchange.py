@@ -42,6 +42,7 @@ class Call:
     agent: Agent
     principal: Principal
     base_url: str = ""
+    agent_url: str = ""  # set when the request came by a bound host name's root (protocols.hosts)
     last_event_id: str | None = None  # the SSE Last-Event-ID header, for a resubscription
     extensions: tuple[str, ...] = ()  # the URIs the request activated (protocols.extensions)
     # Who is calling, as the rate limit counts it (auth.Caller.identity: a key, a bearer

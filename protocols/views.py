@@ -20,7 +20,7 @@ from accounts.selectors import agent_get, oidc_issuer_of
 from tasks_app import streams
 from tasks_app.lifecycle import Dialect
 
-from . import dialects, endpoint
+from . import dialects, endpoint, hosts
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
 from .dialects.aip.binding import BINDING as AIP
 
@@ -38,7 +38,8 @@ def _json(body: bytes, status: int = 200) -> HttpResponse:
 
 
 def _base_url(request: HttpRequest) -> str:
-    return settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
+    # A bound host name's origin first: such a request never asks get_host() (protocols.hosts).
+    return hosts.origin_of(request.META) or settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
 
 
 @csrf_exempt
@@ -78,6 +79,7 @@ async def _serve(binding: Binding, request: HttpRequest, tenant: str, agent: str
             query=base.query_of(request.META.get("QUERY_STRING", "")),
             body=body,
             base_url=_base_url(request),
+            agent_url=hosts.agent_url_of(request.META),
             client=request.META.get("REMOTE_ADDR", ""),
             path=path,
         ),
@@ -114,9 +116,11 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
         # A2A 1.0's card unless the request names another version (docs/dialects.md): the
         # 1.0 and 0.3 cards cannot be one document.
         query = base.query_of(request.META.get("QUERY_STRING", ""))  # as the endpoint reads it: never an error page
-        dialect = dialects.card_for((request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip())
+        version = (request.headers.get("A2A-Version") or query.get("A2A-Version") or "").strip()
+        # A bound name's root may give another version's card to a request naming none.
+        dialect = dialects.card_for(version or hosts.root_card_version(request.META))
     assert dialect.card is not None  # card_for and named() here give A2A dialects, which all have cards
-    body = orjson.dumps(dialect.card(found, base_url=_base_url(request)))
+    body = orjson.dumps(dialect.card(found, base_url=_base_url(request), url=hosts.agent_url_of(request.META)))
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
     last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))

@@ -10,9 +10,13 @@ class RegistryConfig(AppConfig):
     verbose_name = "Registry: the directory of agents"
 
     def ready(self) -> None:
+        from accounts.host_services import register_domain_proof
         from accounts.models import Agent
 
-        from . import tasks
+        from . import host_proofs, tasks
+
+        # A tenant binds a host name to its agent once it proves the name as a submitter does.
+        register_domain_proof(host_proofs.DOMAIN_PROOF)
 
         def agent_saved(sender, instance: Agent, **kwargs) -> None:
             # The hosted agent's entry follows its card once the save commits (a worker job:

@@ -12,6 +12,10 @@
 #   4. print URLs, API key and a curl example, then stay in the foreground
 #      until Ctrl-C, stopping everything it started.
 #
+# The conformance agent is also bound to its own host names (docs/tenancy.md): CONFORMANCE_HOST
+# (default 127.0.0.2, a loopback address daphne listens on too, for clients whose resolver knows
+# no *.localhost: the 0.3 suite) and conformance.localhost; at their root it serves the 0.3 card.
+#
 # Env: PORT (default 8000), DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
 # force the embedded mode, SQLITE_PATH for its database (.data/db.sqlite3), STATIC_ROOT for
 # the collected static files (staticfiles/). Logs go to RUN_DIR (.run/).
@@ -24,6 +28,7 @@ cd "$ROOT"
 PORT="${PORT:-8000}"
 HOST=127.0.0.1
 BASE="http://$HOST:$PORT"
+CONFORMANCE_HOST="${CONFORMANCE_HOST:-127.0.0.2}"
 mkdir -p "$RUN_DIR"
 
 # --- process bookkeeping -----------------------------------------------------
@@ -101,6 +106,12 @@ fi
 if tcp_up "$HOST" "$PORT"; then
   die "something is already listening on $HOST:$PORT; stop it or use another port: make run PORT=8001"
 fi
+# A loopback address as the conformance agent's name is one more address daphne listens on.
+EXTRA_ENDPOINTS=()
+if [[ "$CONFORMANCE_HOST" =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ && "$CONFORMANCE_HOST" != "$HOST" ]]; then
+  tcp_up "$CONFORMANCE_HOST" "$PORT" && die "something is already listening on $CONFORMANCE_HOST:$PORT"
+  EXTRA_ENDPOINTS=(-e "tcp:port=$PORT:interface=$CONFORMANCE_HOST")
+fi
 
 # --- 3. migrate, seed, start ---------------------------------------------------
 # Hosted agents' cards in the directory name this server.
@@ -125,6 +136,13 @@ log "seeding the demo tenant (manage.py seed_demo --json)"
 # The directory lists hosted agents once a curator approves them; the demo's are approved here.
 "$VPY" manage.py approve_entries demo --reason "the demo agents, listed by make run" >>"$RUN_DIR/seed.log" 2>&1 \
   || { show_log "$RUN_DIR/seed.log"; die "manage.py approve_entries failed"; }
+
+# The conformance agent at its own names: the 0.3 suite and 0.3 clients read the card at a
+# host's root, without naming a version (docs/tenancy.md).
+for name in "$CONFORMANCE_HOST" conformance.localhost; do
+  "$VPY" manage.py bind_host demo/conformance "$name" --card 0.3 >>"$RUN_DIR/seed.log" 2>&1 \
+    || { show_log "$RUN_DIR/seed.log"; die "manage.py bind_host demo/conformance $name failed"; }
+done
 
 # seed_demo prints one JSON object; tolerate stray lines around it. Emits
 # shell-safe assignments: API_KEY, KEY_HEADER, AGENT_NAMES, AGENT_<name>.
@@ -170,7 +188,7 @@ log "collecting static files (manage.py collectstatic, log: ${RUN_DIR#"$ROOT"/}/
   || { show_log "$RUN_DIR/collectstatic.log"; die "manage.py collectstatic failed"; }
 
 start_bg web "$RUN_DIR/web.log" \
-  "$VENV/bin/daphne" -b "$HOST" -p "$PORT" agentserver.asgi:application
+  "$VENV/bin/daphne" -b "$HOST" -p "$PORT" "${EXTRA_ENDPOINTS[@]}" agentserver.asgi:application
 if ((EMBEDDED == 0)); then
   # -B runs beat (the sweeper) inside the worker: one process less for dev.
   # Its schedule file goes to .run/ rather than the repo root.
@@ -212,6 +230,10 @@ done
     printf '    %-12s %s\n' "$name" "$BASE${!var}"
     printf '    %-12s %s\n' "" "card: $BASE${!var}.well-known/agent-card.json"
   done
+  echo
+  echo "  The conformance agent at its own host names (its card at the root, A2A 0.3's):"
+  echo "    http://$CONFORMANCE_HOST:$PORT/.well-known/agent-card.json   http://conformance.localhost:$PORT/"
+  echo "    the A2A 0.3 conformance suite (tck03/run.sh) takes http://$CONFORMANCE_HOST:$PORT as its URL"
   echo
   echo "  API key (header $KEY_HEADER): $API_KEY"
   echo

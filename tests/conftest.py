@@ -10,6 +10,7 @@ Two ways to exercise the server:
 
 from __future__ import annotations
 
+import asyncio
 import graphlib
 import json
 import os
@@ -194,6 +195,42 @@ def backend_pid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return cursor.fetchone()[0]
+
+
+async def asgi_get(app, path: str, host: str | bytes) -> tuple[int, bytes]:
+    """One GET through an ASGI application with exactly this Host header."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", host if isinstance(host, bytes) else host.encode())],
+        "client": ("127.0.0.1", 1),
+        "server": ("127.0.0.1", 80),
+    }
+    sent: list[dict] = []
+    incoming = [{"type": "http.request", "body": b"", "more_body": False}]
+    answered = asyncio.Event()
+
+    async def receive():
+        if incoming:
+            return incoming.pop()
+        await answered.wait()  # the client stays until the answer is complete, then leaves
+        return {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            answered.set()
+
+    await asyncio.wait_for(app(scope, receive, send), timeout=10)
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return sent[0]["status"], body
 
 
 def run_async(coro):

@@ -582,6 +582,9 @@ def test_an_owner_edits_its_agent_which_stays_in_its_tenant(world, as_user, rpc)
         "push_notifications": "on",
         "is_active": "on",
         "tenant": world.b.tenant.pk,
+        # The page's inline of host names (accounts.admin_hosts), left empty.
+        "hosts-TOTAL_FORMS": "0",
+        "hosts-INITIAL_FORMS": "0",
     }
     response = as_user("owner").post(PAGES["agents"].change_url(agent.pk), form)
     assert response.status_code == 302, response.context["adminform"].form.errors

@@ -40,10 +40,19 @@ def form_for(agent, **changes):
     return AgentForm(data=data, instance=agent)
 
 
+def hosts_inline(*rows: dict, initial: int = 0) -> dict:
+    """The page's inline of host names (accounts.admin_hosts), with these rows."""
+    data = {"hosts-TOTAL_FORMS": str(len(rows)), "hosts-INITIAL_FORMS": str(initial)}
+    for i, row in enumerate(rows):
+        data.update({f"hosts-{i}-{name}": value for name, value in row.items()})
+    return data
+
+
 def change_page(admin_client, agent, **changes):
     form = form_for(agent, **changes)
     data = {k: ("" if v is None else v) for k, v in form.data.items()}
     data["tenant"] = agent.tenant_id
+    data.update(hosts_inline())
     return admin_client.post(f"/admin/accounts/agent/{agent.pk}/change/", data, follow=True)
 
 

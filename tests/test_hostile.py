@@ -46,7 +46,7 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 from tests import hostile
-from tests.conftest import make_agent, user_message
+from tests.conftest import asgi_get, make_agent, run_async, user_message
 from tests.hostile import Broken, HostileRequest, Pools
 
 LONG = os.environ.get("HOSTILE_PROFILE") == "long"
@@ -557,3 +557,52 @@ def test_live_requests_follow_the_schema_and_the_network_rules(data, method):
     unmutated = data.draw(hostile.params_for(method or "SendMessage", pools))
     known = hostile.known_members(method or "SendMessage")
     assert set(unmutated) <= known
+
+
+# --- Host headers (protocols.hosts: a bound name serves its agent at the root) -------------------
+
+BOUND = "bound.example"
+HOST_PATHS = ["/", "/.well-known/agent-card.json", "/admin/", "/agents/acme/echo/", "/message:send", "/aip/rpc"]
+# What a client may put in Host: garbage, very long, unicode (IDNA or not), near misses of the
+# bound name, with and without ports and brackets.
+HOSTS = st.one_of(
+    st.text(max_size=40),
+    st.text(min_size=250, max_size=2000),
+    st.from_regex(r"[a-zA-Z0-9.\-\[\]:_]{0,80}", fullmatch=True),
+    st.sampled_from(
+        [BOUND, BOUND.upper(), f"{BOUND}.", f"{BOUND}:8000", f"{BOUND}:99999", f"[{BOUND}]", "bücher.example"]
+    ),
+    st.builds(lambda a, b: f"{a}.{BOUND}{b}", st.text(max_size=5), st.text(max_size=6)),
+)
+
+
+@pytest.fixture
+def bound_name(world):
+    from accounts.host_services import host_bind
+    from accounts.models import Agent
+
+    host_bind(agent=Agent.objects.get(tenant__slug="acme", slug="echo"), host=BOUND)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(host=HOSTS, path=st.sampled_from(HOST_PATHS))
+def test_no_host_header_is_an_internal_error_in_process(client, bound_name, host, path):
+    note(repr(host))
+    try:
+        answer = client.get(path, HTTP_HOST=host)
+    except UnicodeEncodeError:
+        return  # no WSGI server hands such a header over: it must be latin-1
+    assert answer.status_code < 500, (host, path, answer.content[:300])
+    if answer.status_code == 200 and path == "/.well-known/agent-card.json":
+        assert orjson.loads(answer.content)["name"] == "Echo"  # only the bound agent answers at a root
+
+
+@pytest.mark.django_db(transaction=True)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(host=st.binary(max_size=300) | HOSTS.map(lambda h: h.encode("utf-8")), path=st.sampled_from(HOST_PATHS))
+def test_no_host_header_is_an_internal_error_through_the_asgi_router(bound_name, host, path):
+    from agentserver.asgi import application
+
+    note(repr(host))
+    status, body = run_async(asgi_get(application, path, host))
+    assert status < 500, (host, path, body[:300])

@@ -758,3 +758,57 @@ def test_in_aip_the_same_id_started_by_another_caller_is_its_own_task(client, wo
             texts = [m["dataItems"][0]["text"] for m in body["result"]["messageHistory"] if m["dataItems"]]
             assert texts == ["a stranger's start"], (caller.name, target.owner.name, body)
     assert Task.objects.filter(client_task_id=aip_tasks[0].task_id).count() >= 2
+
+
+# --- the same agents at their own host names (protocols.hosts) ---------------------------------
+# Each agent is also bound to a name: a call at that name's root must be exactly the call by the
+# agent's path, so the matrix above runs again through the names.
+
+NAMES = {"/agents/ta/echo/": "echo.a.example", "/agents/ta/open/": "open.a.example", "/agents/tb/echo/": "b.example"}
+
+
+class ByName:
+    """The test client, calling each agent at the root of its bound name instead of its path."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def post(self, path: str, *, headers: dict[str, str], **kwargs):
+        agent = next(p for p in NAMES if path.startswith(p))
+        return self.client.post("/" + path.removeprefix(agent), headers={**headers, "Host": NAMES[agent]}, **kwargs)
+
+
+@pytest.fixture
+def named(world):
+    from accounts.host_services import host_bind
+    from accounts.models import Agent
+
+    for path, name in NAMES.items():
+        tenant, slug = path.split("/")[2:4]
+        host_bind(agent=Agent.objects.get(tenant__slug=tenant, slug=slug), host=name)
+
+
+@pytest.mark.parametrize("operation", ["GetTask", "CancelTask", "tasks/get", "GetTaskPushNotificationConfig"])
+def test_at_bound_names_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(
+    client, world, tasks, named, operation
+):
+    assert_refusals_read_as_absence(
+        ByName(client), world, tasks, OPERATIONS[operation], operation, new_id=lambda: str(uuid.uuid4())
+    )
+
+
+def test_at_bound_names_every_owner_reaches_its_own_task(client, world, tasks, named):
+    for target in tasks:
+        status, body, _ = call(ByName(client), target.owner.agent, "GetTask", {"id": target.task_id}, target.owner)
+        assert status == 200 and body["result"]["id"] == target.task_id, (target.owner.name, body)
+
+
+def test_a_bound_name_leads_to_its_agent_alone_whatever_the_path(client, world, named):
+    """Another agent's path at a bound name is a route of the bound agent that does not exist:
+    tenant B's key reaches neither tenant A's agent nor its own through A's name."""
+    b_all = next(c for c in world if c.name == "b-all")
+    for path in ("/agents/tb/echo/", "/agents/tb/other/", "/agents/ta/open/"):
+        status, body, _ = call(ByName(client), "/agents/ta/echo/" + path.lstrip("/"), "ListTasks", {}, b_all)
+        assert status == 404, (path, body)
+    status, _, _ = call(ByName(client), "/agents/ta/echo/", "ListTasks", {}, b_all)
+    assert status == 403

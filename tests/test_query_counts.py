@@ -79,3 +79,33 @@ def test_pushing_a_task_s_events_costs_eleven_statements_an_event_and_five_a_job
     with django_assert_num_queries(5 + 11 * events):
         assert delivery.run(config_pk=config_pk) == "idle"
     assert [r.seq for r in receiver.requests] == list(range(1, events + 1))
+
+
+def test_at_a_bound_host_name_a_request_costs_what_it_costs_by_path_once_the_bindings_are_cached(
+    client, echo_agent, alice_key, auth_caches, django_assert_num_queries
+):
+    """The bindings are read in one statement per process and kept (accounts.hosts); the
+    server's own names never ask."""
+    import orjson
+
+    from accounts.host_services import host_bind
+
+    host_bind(agent=echo_agent, host="echo.example")
+    task = client.post(
+        "/agents/acme/echo/",
+        orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": user_message()}}),
+        content_type="application/json",
+        headers={"A2A-Version": "1.0", "X-API-Key": alice_key},
+    ).json()["result"]["task"]
+    get = orjson.dumps({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": task["id"]}})
+    headers = {"A2A-Version": "1.0", "X-API-Key": alice_key}
+
+    def by(path: str, host: str) -> dict:
+        answer = client.post(path, get, content_type="application/json", headers={**headers, "Host": host})
+        return answer.json()["result"]
+
+    by("/", "echo.example")  # the bindings, the agent and the key are cached now
+    with django_assert_num_queries(1):  # the task alone, as by path
+        assert by("/", "echo.example")["id"] == task["id"]
+    with django_assert_num_queries(1):
+        assert by("/agents/acme/echo/", "testserver")["id"] == task["id"]

@@ -82,8 +82,15 @@ class SseCall:
         return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}
 
     async def frame(self, timeout: float = 5) -> Frame | None:
-        """The next frame; None when the response has ended."""
-        while b"\n\n" not in self.buffer:
+        """The next frame (a heartbeat is a lone comment line: protocols.bindings.base); None
+        when the response has ended."""
+        while True:
+            self.buffer = self.buffer.lstrip(b"\n")
+            if self.buffer.startswith(b":") and b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                return Frame(id=None, data=None, comment=line[1:].decode().strip())
+            if b"\n\n" in self.buffer:
+                break
             if self.ended:
                 return None
             message = await self.communicator.receive_output(timeout)

@@ -31,6 +31,11 @@ SSE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 KEEP_ALIVE = b": keep-alive\n\n"
+# A heartbeat once an event has gone out: a comment line and no blank line. The SSE parser of
+# a2a-sdk 0.3's clients (httpx-sse 0.4) keeps the last event id and dispatches an event with
+# empty data at any blank line once an id was seen, which those clients fail to read as JSON;
+# a lone comment line dispatches nothing in any parser.
+HEARTBEAT = b": keep-alive\n"
 INTERNAL = "internal error; it has been logged"  # what a bug tells the caller
 
 ErrorWriter = Callable[[Any, DomainError], bytes]  # (request id, error) -> a JSON-RPC error response
@@ -47,6 +52,9 @@ class AgentRequest:
     query: Mapping[str, str]
     body: bytes | None  # None: larger than DATA_UPLOAD_MAX_MEMORY_SIZE
     base_url: str
+    # The agent's URL when the request came by a bound host name's root ("https://name/");
+    # "" for the path-based one (base_url and the agent's path).
+    agent_url: str = ""
     client: str = ""  # the client's address, as the server saw it
     path: str = ""  # below the agent's path: "" for the path itself, "tasks/…" for an HTTP+JSON route
 
@@ -104,7 +112,7 @@ class Streamed:
         try:
             async for item in self.stream.items:
                 if item is None:
-                    yield KEEP_ALIVE
+                    yield HEARTBEAT
                     continue
                 seq, value = item
                 yield b"id: %d\ndata: %s\n\n" % (seq, self.event(value))

@@ -23,7 +23,7 @@ class WireDialect:
     methods: Mapping[str, Handler]
     encode_event: EventEncoder  # a stored event as its streams and push notifications carry it
     encode_task: TaskEncoder  # a TaskView as its get-task method returns it (the admin shows it too)
-    card: Callable[..., dict[str, Any]] | None  # (agent, *, base_url) -> its agent card (AIP has none)
+    card: Callable[..., dict[str, Any]] | None  # (agent, *, base_url, url) -> its agent card (AIP has none)
     error: Callable[[Any, DomainError], bytes] = field(default=jsonrpc.domain_error)  # (id, error) -> response
     # The body of a push notification, when it is not the event as encode_event writes it
     encode_push: EventEncoder | None = None

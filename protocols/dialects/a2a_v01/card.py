@@ -11,7 +11,7 @@ from accounts.models import Agent
 from accounts.selectors import oidc_issuer_of
 from tasks_app import media
 
-from ...cards import provider, skills, visibility
+from ...cards import agent_url, provider, skills, visibility
 
 # The names of the 401 challenge (`WWW-Authenticate`): an API key in X-API-Key, a bearer token.
 API_KEY_SCHEME = "ApiKey"
@@ -24,11 +24,11 @@ def schemes(agent: Agent) -> list[str]:
     return [API_KEY_SCHEME, *([BEARER_SCHEME] if oidc_issuer_of(agent) is not None else [])]
 
 
-def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
+def agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
     return {
         "name": agent.name,
         "description": f"{agent.description.rstrip()}\n\n{visibility(agent)}",
-        "url": f"{base_url}{agent.path}?A2A-Version=0.1",
+        "url": f"{agent_url(agent, base_url=base_url, url=url)}?A2A-Version=0.1",
         "provider": provider(agent, base_url=base_url),
         "version": agent.version,
         **({"documentationUrl": agent.documentation_url} if agent.documentation_url else {}),

@@ -41,8 +41,8 @@ def _schemes(agent: Agent) -> tuple[dict[str, Any], list[dict[str, list[str]]]]:
     return out, security
 
 
-def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
-    url = f"{base_url}{agent.path}"
+def agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
+    url = cards.agent_url(agent, base_url=base_url, url=url)
     schemes, security = _schemes(agent)
     card: dict[str, Any] = {
         "protocolVersion": PROTOCOL_VERSION,
@@ -76,5 +76,5 @@ def agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
     return card
 
 
-def extended_agent_card(agent: Agent, *, base_url: str) -> dict[str, Any]:
-    return cards.extended(agent_card(agent, base_url=base_url), agent)
+def extended_agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
+    return cards.extended(agent_card(agent, base_url=base_url, url=url), agent)

@@ -262,7 +262,7 @@ async def get_authenticated_extended_card(call: Call, params: dict[str, Any]) ->
         raise ExtendedAgentCardNotConfigured("this agent declares an extended card but none is configured yet")
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the authenticated extended card is only shown to callers with an API key")
-    return card.extended_agent_card(agent, base_url=call.base_url)
+    return card.extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
 
 
 METHODS: dict[str, Handler] = {

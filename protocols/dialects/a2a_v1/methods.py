@@ -195,7 +195,7 @@ async def get_extended_agent_card(call: Call, params: dict[str, Any]) -> Any:
         raise ExtendedAgentCardNotConfigured("this agent declares an extended card but none is configured yet")
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the extended agent card is only shown to callers with an API key")
-    return extended_agent_card(agent, base_url=call.base_url)
+    return extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
 
 
 METHODS: dict[str, Handler] = {
