@@ -33,7 +33,8 @@ def rpc_body(method: str, params: dict) -> bytes:
 
 def send_v1(text: str = "hello") -> bytes:
     message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": text}]}
-    return rpc_body("SendMessage", {"message": message})
+    # The routing is under test, not the run: the answer need not wait for it.
+    return rpc_body("SendMessage", {"message": message, "configuration": {"returnImmediately": True}})
 
 
 @pytest.fixture
@@ -209,7 +210,8 @@ def test_json_rpc_answers_at_the_root(client, bound, alice_key):
 
 
 def test_http_json_routes_answer_below_the_root(client, bound, alice_key):
-    body = orjson.dumps({"message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}})
+    message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    body = orjson.dumps({"message": message, "configuration": {"returnImmediately": True}})
     sent = client.post(
         "/message:send", body, content_type=JSON, HTTP_A2A_VERSION="1.0", HTTP_X_API_KEY=alice_key, **on(HOST)
     )
