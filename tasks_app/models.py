@@ -112,17 +112,15 @@ class Task(models.Model):
             models.Index(fields=["tenant", "-status_timestamp", "-id"], name="tasks_task_tenant_recent"),
             models.Index(fields=["state", "-status_timestamp", "-id"], name="tasks_task_state_recent"),
             models.Index(fields=["context_id"], name="tasks_task_context"),
-            # The sweeper: committed work that no worker has claimed yet.
+            # The sweeper and the queue gauge: the active tasks' runs, claimed or not, by when
+            # they were asked for; whether and when one was claimed is read off the rows found.
+            # run_claimed_at is in no index and no index's condition: the claim, which writes
+            # only it, is a HOT update (no index entry written) when the row's page has room,
+            # which the table's fillfactor keeps (migration 0018).
             models.Index(
                 fields=["run_requested_at"],
-                condition=Q(run_token__isnull=False, run_claimed_at__isnull=True),
-                name="tasks_task_unclaimed",
-            ),
-            # The sweeper: claimed runs still active (to find ones whose worker died).
-            models.Index(
-                fields=["run_claimed_at"],
-                condition=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_claimed_at__isnull=False),
-                name="tasks_task_running",
+                condition=Q(state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_token__isnull=False),
+                name="tasks_task_runs",
             ),
             # The sweeper: tasks waiting on their client that may outstay their timeout.
             models.Index(

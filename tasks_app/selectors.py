@@ -565,12 +565,12 @@ def tasks_overview(
     )
     agents = Agent.objects.select_related("tenant").in_bulk([row["agent_id"] for row in busiest_rows])
     busiest = [(agents[row["agent_id"]], row["n"]) for row in busiest_rows if row["agent_id"] in agents]
-    # tasks_task_running (partial: active, claimed): the claimed runs older than the limit.
+    # tasks_task_runs (partial: the active tasks' runs, few): the claimed runs older than the limit.
     claimed = (
         _in_tenants(
             Task.objects.filter(
                 state__in=[TaskState.SUBMITTED, TaskState.WORKING],
-                run_claimed_at__isnull=False,
+                run_token__isnull=False,
                 run_claimed_at__lt=now - timedelta(seconds=time_limit),
             ),
             tenant_ids,
@@ -578,7 +578,7 @@ def tasks_overview(
         .order_by("run_claimed_at")
         .values_list("pk", "state", "run_claimed_at")[:limit]
     )
-    # tasks_task_unclaimed (partial: a run requested, none claimed): work no worker took.
+    # tasks_task_runs again: work no worker took.
     unclaimed = (
         _in_tenants(
             Task.objects.filter(
@@ -603,8 +603,11 @@ class Queue(NamedTuple):
 
 
 def run_queue() -> Queue:
-    """The run queue as the store sees it (the partial index tasks_task_unclaimed: small)."""
-    found = Task.objects.filter(run_token__isnull=False, run_claimed_at__isnull=True).aggregate(
+    """The run queue as the store sees it (the partial index tasks_task_runs: the active
+    tasks' runs, small)."""
+    found = Task.objects.filter(
+        state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_token__isnull=False, run_claimed_at__isnull=True
+    ).aggregate(
         depth=Count("pk"), oldest=Min("run_requested_at")
     )
     return Queue(found["depth"], found["oldest"])

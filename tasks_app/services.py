@@ -1024,20 +1024,22 @@ def sweep_stuck_work(
     token, up to `retries` times per run; after that, or for any other executor, the task
     fails `worker-lost`."""
     now = timezone.now()
+    # Both through tasks_task_runs (the active tasks' runs: few), the claim checked on the
+    # rows found.
     unclaimed = list(
         Task.objects.filter(
+            state__in=ACTIVE_STATES,
             run_token__isnull=False,
             run_claimed_at__isnull=True,
             run_requested_at__lt=now - timedelta(seconds=unclaimed_after),
-        )
-        .exclude(state__in=TERMINAL)
-        .values_list("id", "run_token")[:500]
+        ).values_list("id", "run_token")[:500]
     )
     # Touch run_requested_at so the next sweep does not enqueue them again right away.
     if unclaimed:
         Task.objects.filter(pk__in=[u[0] for u in unclaimed]).update(run_requested_at=now)
     lost = Task.objects.filter(
-        state__in=[TaskState.SUBMITTED, TaskState.WORKING],
+        state__in=ACTIVE_STATES,
+        run_token__isnull=False,
         run_claimed_at__lt=now - timedelta(seconds=lost_after),
     ).values_list("id", "run_token", "run_retries", "agent__executor")[:500]
     failed = 0

@@ -137,3 +137,20 @@ def test_no_index_of_the_task_tables_is_the_beginning_of_another(db):
     with connection.cursor() as cursor:
         cursor.execute(_REDUNDANT_INDEXES, [tables])
         assert cursor.fetchall() == []
+
+
+# The columns an index of the task table holds, in its keys, its included columns, its
+# expressions or its condition (pg_get_indexdef writes them all).
+_TASK_INDEXES = "SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass"
+
+
+def test_no_index_of_the_task_table_holds_the_claim_s_column_so_a_claim_writes_no_index_entry(db):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("reads Postgres's catalog")
+    with connection.cursor() as cursor:
+        cursor.execute(_TASK_INDEXES, [Task._meta.db_table])
+        definitions = dict(cursor.fetchall())
+    assert "tasks_task_runs" in definitions
+    assert [name for name, text in definitions.items() if "run_claimed_at" in text] == []

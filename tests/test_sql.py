@@ -146,3 +146,25 @@ def test_a_stream_reads_the_same_events_through_its_statement_as_through_the_orm
     assert read[True] == read[False]
     assert [event.seq for event in read[True][0]] == list(range(1, task.last_seq + 1))
     assert [event.seq for event in read[True][1]] == [2, 3] and read[True][2] == []
+
+
+def _hot_updates_of_tasks_in_this_transaction() -> tuple[int, int]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables WHERE relname = 'tasks_app_task'")
+        updates, hot = cursor.fetchone()
+    return updates, hot
+
+
+def test_the_claim_of_a_run_is_a_hot_update_that_writes_no_index_entry(echo_agent):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("Postgres's statistics")
+    message = NewMessage(message_id="m-1", role="user", context_id="ctx", parts=[{"type": "text", "text": "hi"}])
+    task, _ = services.message_receive(agent=echo_agent, principal=ALICE, message=message)
+    updates, hot = _hot_updates_of_tasks_in_this_transaction()
+    assert services.run_start(task_id=task.pk, run_token=Task.objects.get(pk=task.pk).run_token) is not None
+    assert _hot_updates_of_tasks_in_this_transaction() == (updates + 1, hot + 1)
+
