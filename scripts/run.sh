@@ -131,18 +131,13 @@ log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
 
 log "seeding the demo tenant (manage.py seed_demo --json)"
-"$VPY" manage.py seed_demo --json >"$RUN_DIR/seed.json" 2>"$RUN_DIR/seed.log" \
-  || { show_log "$RUN_DIR/seed.log"; die "manage.py seed_demo failed"; }
 # The directory lists hosted agents once a curator approves them; the demo's are approved here.
-"$VPY" manage.py approve_entries demo --reason "the demo agents, listed by make run" >>"$RUN_DIR/seed.log" 2>&1 \
-  || { show_log "$RUN_DIR/seed.log"; die "manage.py approve_entries failed"; }
-
 # The conformance agent at its own names: the 0.3 suite and 0.3 clients read the card at a
-# host's root, without naming a version (docs/tenancy.md).
-for name in "$CONFORMANCE_HOST" conformance.localhost; do
-  "$VPY" manage.py bind_host demo/conformance "$name" --card 0.3 >>"$RUN_DIR/seed.log" 2>&1 \
-    || { show_log "$RUN_DIR/seed.log"; die "manage.py bind_host demo/conformance $name failed"; }
-done
+# host's root, without naming a version (docs/tenancy.md). One process for all of it.
+"$VPY" manage.py seed_demo --json --approve "the demo agents, listed by make run" \
+  --bind-conformance "$CONFORMANCE_HOST" --bind-conformance conformance.localhost \
+  >"$RUN_DIR/seed.json" 2>"$RUN_DIR/seed.log" \
+  || { show_log "$RUN_DIR/seed.log"; die "manage.py seed_demo failed"; }
 
 # seed_demo prints one JSON object; tolerate stray lines around it. Emits
 # shell-safe assignments: API_KEY, KEY_HEADER, AGENT_NAMES, AGENT_<name>.
@@ -233,7 +228,7 @@ done
   echo
   echo "  The conformance agent at its own host names (its card at the root, A2A 0.3's):"
   echo "    http://$CONFORMANCE_HOST:$PORT/.well-known/agent-card.json   http://conformance.localhost:$PORT/"
-  echo "    the A2A 0.3 conformance suite (tck03/run.sh) takes http://$CONFORMANCE_HOST:$PORT as its URL"
+  echo "    the A2A 0.3 conformance suite (tck03/run.sh) takes http://conformance.localhost:$PORT as its URL (docs/dialects.md)"
   echo
   echo "  API key (header $KEY_HEADER): $API_KEY"
   echo

@@ -100,8 +100,12 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
+            # What was still running and what each said, for the failure's reader.
+            tree = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "-g", str(proc.pid)], capture_output=True, text=True)
             os.killpg(proc.pid, signal.SIGKILL)
-            raise
+            said = "".join(iter(lambda: lines.get(timeout=5), None))
+            web_log = (tmp_path / "run" / "web.log").read_text()[-3000:]
+            raise AssertionError(f"still running 30 s after {stop!r}:\n{tree.stdout}\n{said}\nweb.log:\n{web_log}")
     # The script stopped what it started and said so; make, signalled too, had nothing to report.
     rest = "".join(iter(lambda: lines.get(timeout=5), None))
     assert "==> stopped" in rest and "make: ***" not in rest, rest

@@ -1,5 +1,6 @@
 import json
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
@@ -79,9 +80,28 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="print one JSON object with paths and a fresh key")
+        # What `make run` does next, in this process rather than one Django start-up each.
+        parser.add_argument(
+            "--approve", metavar="REASON", help="then approve the demo's directory entries (as approve_entries)"
+        )
+        parser.add_argument(
+            "--bind-conformance",
+            metavar="HOST",
+            action="append",
+            default=[],
+            help="then bind the conformance agent to HOST with the 0.3 card at its root (as bind_host; repeatable)",
+        )
+
+    def handle(self, *args, **options):
+        summary = self._seed(as_json=options["json"])
+        # What they say goes to stderr: with --json, stdout carries the one JSON object alone.
+        if options["approve"] is not None:
+            call_command("approve_entries", summary["tenant"], reason=options["approve"], stdout=self.stderr)
+        for host in options["bind_conformance"]:
+            call_command("bind_host", f"{summary['tenant']}/conformance", host, card="0.3", stdout=self.stderr)
 
     @transaction.atomic
-    def handle(self, *args, **options):
+    def _seed(self, *, as_json: bool) -> dict:
         tenant = tenant_ensure(slug="demo", name="Demo tenant")
         agents = {
             slug: agent_ensure(
@@ -103,9 +123,10 @@ class Command(BaseCommand):
             "api_key": plaintext,
             "api_key_header": "X-API-Key",
         }
-        if options["json"]:
+        if as_json:
             self.stdout.write(json.dumps(summary))
         else:
             for slug, agent in agents.items():
                 self.stdout.write(f"{slug:12} {agent.path}  ({'public' if agent.is_public else 'needs a key'})")
             self.stdout.write(f"API key (X-API-Key): {plaintext}")
+        return summary
