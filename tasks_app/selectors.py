@@ -607,9 +607,7 @@ def run_queue() -> Queue:
     tasks' runs, small)."""
     found = Task.objects.filter(
         state__in=[TaskState.SUBMITTED, TaskState.WORKING], run_token__isnull=False, run_claimed_at__isnull=True
-    ).aggregate(
-        depth=Count("pk"), oldest=Min("run_requested_at")
-    )
+    ).aggregate(depth=Count("pk"), oldest=Min("run_requested_at"))
     return Queue(found["depth"], found["oldest"])
 
 

@@ -141,7 +141,9 @@ def test_no_index_of_the_task_tables_is_the_beginning_of_another(db):
 
 # The columns an index of the task table holds, in its keys, its included columns, its
 # expressions or its condition (pg_get_indexdef writes them all).
-_TASK_INDEXES = "SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass"
+_TASK_INDEXES = (
+    "SELECT indexrelid::regclass::text, pg_get_indexdef(indexrelid) FROM pg_index WHERE indrelid = %s::regclass"
+)
 
 
 def test_no_index_of_the_task_table_holds_the_claim_s_column_so_a_claim_writes_no_index_entry(db):

@@ -101,7 +101,9 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             # What was still running and what each said, for the failure's reader.
-            tree = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "-g", str(proc.pid)], capture_output=True, text=True)
+            tree = subprocess.run(
+                ["ps", "-o", "pid,stat,wchan:20,args", "-g", str(proc.pid)], capture_output=True, text=True
+            )
             os.killpg(proc.pid, signal.SIGKILL)
             said = "".join(iter(lambda: lines.get(timeout=5), None))
             web_log = (tmp_path / "run" / "web.log").read_text()[-3000:]

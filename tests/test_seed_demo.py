@@ -49,6 +49,8 @@ def test_it_approves_the_entries_and_binds_the_conformance_agent_keeping_stdout_
 
 def test_run_again_it_binds_and_approves_nothing_twice():
     for _ in range(2):
-        call_command("seed_demo", "--approve", "again", "--bind-conformance", "conformance.localhost", stdout=io.StringIO())
+        call_command(
+            "seed_demo", "--approve", "again", "--bind-conformance", "conformance.localhost", stdout=io.StringIO()
+        )
     assert AgentHost.objects.filter(host="conformance.localhost").count() == 1
     assert Entry.objects.filter(tenant__slug="demo").count() == 3

@@ -167,4 +167,3 @@ def test_the_claim_of_a_run_is_a_hot_update_that_writes_no_index_entry(echo_agen
     updates, hot = _hot_updates_of_tasks_in_this_transaction()
     assert services.run_start(task_id=task.pk, run_token=Task.objects.get(pk=task.pk).run_token) is not None
     assert _hot_updates_of_tasks_in_this_transaction() == (updates + 1, hot + 1)
-
