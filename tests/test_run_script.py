@@ -107,7 +107,8 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
             os.killpg(proc.pid, signal.SIGKILL)
             said = "".join(iter(lambda: lines.get(timeout=5), None))
             web_log = (tmp_path / "run" / "web.log").read_text()[-3000:]
-            raise AssertionError(f"still running 30 s after {stop!r}:\n{tree.stdout}\n{said}\nweb.log:\n{web_log}") from None
+            report = f"still running 30 s after {stop!r}:\n{tree.stdout}\n{said}\nweb.log:\n{web_log}"
+            raise AssertionError(report) from None
     # The script stopped what it started and said so; make, signalled too, had nothing to report.
     rest = "".join(iter(lambda: lines.get(timeout=5), None))
     assert "==> stopped" in rest and "make: ***" not in rest, rest
