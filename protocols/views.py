@@ -17,11 +17,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
-from tasks_app import streams
+from tasks_app import storable, streams
 from tasks_app.lifecycle import Dialect
 
 from . import dialects, endpoint, hosts
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
+from .bindings.http_json import A2A_DOMAIN, status_body
 from .dialects.aip.binding import BINDING as AIP
 
 
@@ -108,7 +109,18 @@ def agent_card_v01_view(request: HttpRequest, tenant: str, agent: str) -> HttpRe
     return _card(request, tenant, agent, dialects.named(Dialect.A2A_0_1))
 
 
+CARD_METHODS = ("GET", "HEAD")
+
+
 def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireDialect | None) -> HttpResponse:
+    if request.method not in CARD_METHODS:
+        # A card is read, never sent to: answered before anyone is looked up, as HTTP+JSON
+        # answers a method its route does not take (the card's path is one below the agent's).
+        message = f"{storable.brief(request.method or '')} is not allowed on an agent card; use GET"
+        body = status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN)
+        response = _json(body, 405)
+        response["Allow"] = ", ".join(CARD_METHODS)
+        return response
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)

@@ -136,3 +136,14 @@ def test_a_card_link_must_be_a_web_address(echo_agent):
     with pytest.raises(ValidationError) as refused:
         echo_agent.full_clean()
     assert "documentation_url" in refused.value.message_dict
+
+
+@pytest.mark.parametrize("card", [".well-known/agent-card.json", ".well-known/agent.json"])
+@pytest.mark.parametrize("method", ["post", "put", "delete", "patch"])
+def test_a_card_is_only_read_any_other_method_is_refused_before_the_caller_is_known(client, echo_agent, card, method):
+    answer = getattr(client, method)(f"/agents/acme/echo/{card}", b"{}", content_type="application/json")
+    assert answer.status_code == 405 and answer["Allow"] == "GET, HEAD"
+    error = answer.json()["error"]
+    assert error["code"] == 405 and error["status"] == "UNIMPLEMENTED"
+    assert error["details"][0]["reason"] == "METHOD_NOT_FOUND" and "use GET" in error["message"]
+    assert client.head(f"/agents/acme/echo/{card}").status_code == 200

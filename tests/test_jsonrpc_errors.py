@@ -348,7 +348,10 @@ def test_nesting_past_the_limit_in_a_data_part_is_refused_and_nothing_is_stored(
     # The part's data sits at level 5 (body, params, message, parts, part).
     message = user_message()
     message["parts"] = [{"data": deep(64 - 5)}]
-    assert rpc.send("/agents/acme/echo/", key=alice_key, parts=message["parts"]).status == 200
+    immediately = {"returnImmediately": True}  # the parsing is under test, not the run
+    assert (
+        rpc.send("/agents/acme/echo/", key=alice_key, parts=message["parts"], configuration=immediately).status == 200
+    )
     stored = Task.objects.count()
     response = rpc.raw(
         "/agents/acme/echo/", send_body({"message": {**message, "parts": [{"data": deep(64 - 4)}]}}), key=alice_key
