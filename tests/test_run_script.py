@@ -23,6 +23,10 @@ pytestmark = pytest.mark.live
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _lines_of(proc: subprocess.Popen) -> queue.Queue:
     lines: queue.Queue = queue.Queue()
 
@@ -72,6 +76,9 @@ def test_with_no_postgres_or_redis_the_run_command_falls_back_to_the_embedded_mo
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # As from a terminal: a suite started in the background of a shell inherits SIGINT
+        # ignored, and a shell cannot trap a signal ignored when it started.
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     try:
         lines = _lines_of(proc)
