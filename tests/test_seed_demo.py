@@ -1,8 +1,6 @@
-"""`manage.py seed_demo` (accounts/management/commands/seed_demo.py): the demo tenant, its agents
-and a key, and, in the same process, what `make run` does next: the directory's approvals and
-the conformance agent's host names."""
-
-from __future__ import annotations
+"""`seed_demo` makes the demo tenant ready to call, as often as it is run, and, in the same
+process, does what `make run` does next: the directory's approvals and the conformance agent's
+host names."""
 
 import io
 import json
@@ -10,20 +8,47 @@ import json
 import pytest
 from django.core.management import call_command
 
-from accounts.models import Agent, AgentHost
+from accounts.models import Agent, AgentHost, ApiKey
 from registry.models import Entry, State
 
-pytestmark = pytest.mark.django_db
+
+def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key(db, capsys, rpc):
+    call_command("seed_demo", "--json")
+    first = json.loads(capsys.readouterr().out)
+    call_command("seed_demo", "--json")
+    second = json.loads(capsys.readouterr().out)
+    assert (
+        first["agents"]
+        == second["agents"]
+        == {
+            "echo": "/agents/demo/echo/",
+            "conformance": "/agents/demo/conformance/",
+            "writer": "/agents/demo/writer/",
+        }
+    )
+    assert first["api_key"] != second["api_key"] and second["api_key_header"] == "X-API-Key"
+    assert Agent.objects.filter(tenant__slug="demo").count() == 3
+    assert ApiKey.objects.count() == 2
+    public = dict(Agent.objects.values_list("slug", "is_public"))
+    assert public == {"echo": False, "conformance": True, "writer": False}
+    assert rpc("/agents/demo/echo/", "ListTasks", {}, key=second["api_key"]).status == 200
 
 
-def test_with_json_it_prints_one_object_naming_the_agents_and_a_working_key():
-    out = io.StringIO()
-    call_command("seed_demo", "--json", stdout=out)
-    summary = json.loads(out.getvalue())
-    assert summary["tenant"] == "demo" and set(summary["agents"]) == {"echo", "conformance", "writer"}
-    assert summary["api_key"].startswith("ask_")
+def test_the_conformance_agent_takes_any_media_type_and_the_others_only_text(transactional_db, capsys, rpc):
+    call_command("seed_demo", "--json")
+    key = json.loads(capsys.readouterr().out)["api_key"]
+    unknown = {
+        "messageId": "tck-send-003-0001",
+        "role": "ROLE_USER",
+        "parts": [{"raw": "dGNr", "mediaType": "application/x-unsupported-tck-type"}],
+    }
+    taken = rpc("/agents/demo/conformance/", "SendMessage", {"message": unknown})
+    assert taken.result["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    refused = rpc("/agents/demo/echo/", "SendMessage", {"message": {**unknown, "messageId": "m2"}}, key=key)
+    assert refused.error["code"] == -32005
 
 
+@pytest.mark.django_db
 def test_it_approves_the_entries_and_binds_the_conformance_agent_keeping_stdout_to_the_json():
     out, err = io.StringIO(), io.StringIO()
     call_command(
@@ -47,6 +72,7 @@ def test_it_approves_the_entries_and_binds_the_conformance_agent_keeping_stdout_
     assert "approved 3 entries of demo" in err.getvalue()
 
 
+@pytest.mark.django_db
 def test_run_again_it_binds_and_approves_nothing_twice():
     for _ in range(2):
         call_command(
