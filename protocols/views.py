@@ -17,12 +17,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
-from tasks_app import storable, streams
+from tasks_app import streams
 from tasks_app.lifecycle import Dialect
 
 from . import dialects, endpoint, hosts
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
-from .bindings.http_json import A2A_DOMAIN, status_body
+from .bindings.http_json import not_allowed
 from .dialects.aip.binding import BINDING as AIP
 
 
@@ -116,11 +116,8 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
     if request.method not in CARD_METHODS:
         # A card is read, never sent to: answered before anyone is looked up, as HTTP+JSON
         # answers a method its route does not take (the card's path is one below the agent's).
-        message = f"{storable.brief(request.method or '')} is not allowed on an agent card; use GET"
-        body = status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN)
-        response = _json(body, 405)
-        response["Allow"] = ", ".join(CARD_METHODS)
-        return response
+        reply = not_allowed(request.method or "", "an agent card", CARD_METHODS, {})
+        return _with_headers(HttpResponse(reply.body, status=reply.status), reply.all_headers())
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)

@@ -136,6 +136,14 @@ def _headers(request: AgentRequest, headers: dict[str, str] | None = None) -> di
     return {**(headers or {}), **({"Content-Type": A2A_JSON} if A2A_JSON in wanted else {})}
 
 
+def not_allowed(http_method: str, where: str, allowed: tuple[str, ...], headers: dict[str, str]) -> Reply:
+    """405 for a method the path does not take, answered before the caller is known."""
+    names = ", ".join(allowed)
+    message = f"{storable.brief(http_method)} is not allowed on {where}; use {names}"
+    body = status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN)
+    return Reply(405, body, {**headers, "Allow": names})
+
+
 def _bad(message: str, reason: str, request: AgentRequest) -> Reply:
     return Reply(400, status_body(400, "INVALID_ARGUMENT", message, reason, A2A_DOMAIN), _headers(request))
 
@@ -172,13 +180,7 @@ class HttpJsonBinding:
         route, _ = matched
         method = route.methods.get(request.http_method)
         if method is None:
-            allowed = ", ".join(route.methods)
-            message = f"{storable.brief(request.http_method)} is not allowed on {route.template}; use {allowed}"
-            reply = Reply(
-                405, status_body(405, "UNIMPLEMENTED", message, "METHOD_NOT_FOUND", A2A_DOMAIN), _headers(request)
-            )
-            reply.headers["Allow"] = allowed
-            return reply
+            return not_allowed(request.http_method, route.template, tuple(route.methods), _headers(request))
         return method, matched[1]
 
     def read(self, target: Any, request: AgentRequest) -> Incoming | Reply:
