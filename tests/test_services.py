@@ -218,6 +218,16 @@ def test_the_sweeper_finds_unclaimed_work_and_fails_lost_runs(echo_agent, no_enq
     assert services.sweep_stuck_work(unclaimed_after=30, lost_after=600) == ([], 0)
 
 
+def test_the_queue_counts_the_runs_no_worker_took_of_active_tasks_only(echo_agent, no_enqueue):
+    from tasks_app.selectors import run_queue
+
+    waiting, canceled, claimed = receive(echo_agent), receive(echo_agent), receive(echo_agent)
+    services.task_cancel(agent=echo_agent, principal=ALICE, task_id=str(canceled.pk))  # before any worker took it
+    assert services.run_claim(task_id=claimed.pk, run_token=claimed.run_token)
+    waiting.refresh_from_db()
+    assert run_queue() == (1, waiting.run_requested_at)
+
+
 def test_a_lost_run_of_a_rerunnable_executor_runs_again_until_the_retries_are_spent(echo_agent, no_enqueue):
     task = receive(echo_agent)
     long_ago = timezone.now() - timezone.timedelta(hours=1)
