@@ -63,6 +63,14 @@ class Tenant(models.Model):
         help_text="Live AIP group memberships of all callers without credentials together; 0: none allowed "
         "(empty: site default).",
     )
+    # Installed executors (plugins) this tenant's agents may use besides the built-in ones, by
+    # name; the operator grants them (accounts.services.tenant_executors_set).
+    allowed_executors = models.JSONField(
+        default=list,
+        blank=True,
+        db_default=[],
+        help_text="Installed executors (plugins) this tenant's agents may use, by name, besides the built-in ones.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Its name is on every card of its agents (the provider): a card's Last-Modified needs it.
     updated_at = models.DateTimeField(auto_now=True)
@@ -236,6 +244,17 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from this time on (empty: never).")
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # A key that also manages its tenant through the tenant API (/api/v1/), with this role's
+    # rights there (as a member with it has in the admin); empty: it calls agents only.
+    management_role = models.CharField(
+        max_length=16,
+        choices=Role.choices,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="With a role, the key may also manage the tenant through its API (/api/v1/) with that "
+        "role's rights; empty: it calls agents only.",
+    )
     # Written at most once a minute per key and process (accounts.selectors), never per request.
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
 
@@ -246,6 +265,9 @@ class ApiKey(models.Model):
         verbose_name = "API key"
         constraints = [
             models.CheckConstraint(condition=~Q(principal=""), name="accounts_apikey_principal_not_blank"),
+            models.CheckConstraint(
+                condition=Q(management_role__in=["", *Role.values]), name="accounts_apikey_management_role_valid"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -261,6 +283,16 @@ class OidcIssuer(models.Model):
     audience = models.CharField(max_length=500, help_text="The aud a token must carry.")
     jwks_url = models.URLField(
         max_length=500, help_text="Where the signing keys are (fetched through the outbound guard, cached)."
+    )
+    # Tokens of this issuer may manage the tenant through its API (/api/v1/) when they carry
+    # this claim naming a role (viewer, operator, owner); empty: they call agents only.
+    role_claim = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="A claim naming the token's role in the tenant API (viewer, operator or owner); empty: "
+        "this issuer's tokens call agents only.",
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
