@@ -254,7 +254,7 @@ class ApiKeyAddForm(forms.ModelForm):
 
     class Meta:
         model = ApiKey
-        fields = ("tenant", "name", "principal", "agents", "expires_at")
+        fields = ("tenant", "name", "principal", "agents", "expires_at", "management_role")
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
@@ -328,12 +328,13 @@ class ApiKeyAdmin(TenantScopedAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:
-            return ("tenant", "name", "principal", "agents", "expires_at")
+            return ("tenant", "name", "principal", "agents", "expires_at", "management_role")
         return (
             "tenant",
             "name",
             "principal",
             "prefix",
+            "management_role",
             "agents",
             "created_at",
             "expires_at",
@@ -345,7 +346,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
         if obj is None:
             return ()
         # Another principal would hand the key's tasks to someone else; revoke and make a new key.
-        return ("tenant", "principal", "prefix", "created_at", "last_used_at", "revoked_at")
+        return ("tenant", "principal", "prefix", "management_role", "created_at", "last_used_at", "revoked_at")
 
     @admin.display(description="agents")
     def agent_list(self, obj: ApiKey) -> str:
@@ -361,9 +362,20 @@ class ApiKeyAdmin(TenantScopedAdmin):
             principal=data["principal"] or None,
             agents=data["agents"],
             expires_at=data["expires_at"],
+            management_role=data.get("management_role") or "",
         )
         # The admin logs the addition and links to the object through these.
-        for field in ("pk", "tenant", "name", "principal", "prefix", "key_hash", "created_at", "expires_at"):
+        for field in (
+            "pk",
+            "tenant",
+            "name",
+            "principal",
+            "prefix",
+            "key_hash",
+            "created_at",
+            "expires_at",
+            "management_role",
+        ):
             setattr(obj, field, getattr(key, field))
         self.message_user(
             request, f"API key created. Copy it now, it is not shown again: {plaintext}", messages.WARNING

@@ -90,11 +90,14 @@ def api_key_create(
     principal: str | None = None,
     agents: Iterable[Agent] = (),
     expires_at: datetime | None = None,
+    management_role: str = "",
 ) -> tuple[ApiKey, str]:
     """Create a key; return it with the plaintext, which is shown once and never stored.
-    Without `principal` the key is its own principal; with `agents` it calls only those."""
+    Without `principal` the key is its own principal; with `agents` it calls only those; with
+    `management_role` it also manages the tenant through its API (/api/v1/) with that role."""
     agents = list(agents)
     principal = api_key_check(tenant=tenant, principal=principal, agents=agents, expires_at=expires_at)
+    management_role = management_role_check(management_role)
     prefix = secrets.token_hex(KEY_ID_HEX_LENGTH // 2)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
@@ -105,10 +108,31 @@ def api_key_create(
             prefix=prefix,
             key_hash=hash_secret(plaintext),
             expires_at=expires_at,
+            management_role=management_role,
         )
         if agents:
             key.agents.set(agents)
     return key, plaintext
+
+
+# Each role may do what the roles below it may (as in the admin: accounts.admin_scoping).
+ROLE_RANK = {Role.VIEWER.value: 0, Role.OPERATOR.value: 1, Role.OWNER.value: 2}
+
+
+def role_includes(held: str, needed: str) -> bool:
+    """Whether a holder of role `held` may do what `needed` allows."""
+    return held in ROLE_RANK and ROLE_RANK[held] >= ROLE_RANK[needed]
+
+
+def management_role_check(role: str, *, at_most: str | None = None) -> str:
+    """A key's management role ("" for none), and, given `at_most` (the role of whoever makes
+    the key through the API), no more than that: nobody hands out more than they hold."""
+    role = (role or "").strip()
+    if role and role not in ROLE_RANK:
+        raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)} (or none)")
+    if role and at_most is not None and not role_includes(at_most, role):
+        raise AccountError(f"a key you make may hold at most your own role ({at_most}), not {role}")
+    return role
 
 
 def api_key_revoke(*, key: ApiKey) -> bool:
@@ -129,6 +153,65 @@ def api_key_touch(*, key_id: int, at: datetime | None = None) -> None:
 def tenant_ensure(*, slug: str, name: str) -> Tenant:
     tenant, _ = Tenant.objects.get_or_create(slug=slug, defaults={"name": name})
     return tenant
+
+
+TENANT_NAME_LENGTH = 200
+
+
+def tenant_rename(*, tenant: Tenant, name: str) -> Tenant:
+    """Give the tenant another display name (its slug, in every agent URL, stays): on every
+    card of its agents as the provider from the next request on."""
+    name = name.strip()
+    if not name:
+        raise AccountError("a tenant's name must not be blank")
+    if len(name) > TENANT_NAME_LENGTH:
+        raise AccountError(f"a tenant's name must be at most {TENANT_NAME_LENGTH} characters")
+    if any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in name):
+        raise AccountError("a tenant's name must not hold control characters")
+    tenant.name = name
+    tenant.save(update_fields=["name", "updated_at"])
+    return tenant
+
+
+def member_invite(*, tenant: Tenant, username: str, role: str) -> Membership:
+    """Make the user named `username` (who has an account already) a new member of `tenant`;
+    a member already is refused: change their role instead (`member_role_set`)."""
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        raise AccountError("no user has this username")
+    if Membership.objects.filter(tenant=tenant, user=user).exists():
+        raise AccountError("already a member of this tenant: change their role instead")
+    return member_add(tenant=tenant, user=user, role=role)
+
+
+def _is_last_owner(membership: Membership) -> bool:
+    others = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.OWNER).exclude(pk=membership.pk)
+    return membership.role == Role.OWNER and not others.exists()
+
+
+def member_role_set(*, membership: Membership, role: str) -> Membership:
+    """Change a member's role; the tenant's last owner stays an owner."""
+    if role not in Role.values:
+        raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)}")
+    with transaction.atomic():
+        # Two owners demoting each other at once must not leave the tenant without one.
+        list(Membership.objects.select_for_update().filter(tenant_id=membership.tenant_id, role=Role.OWNER))
+        membership.refresh_from_db(fields=["role"])
+        if role != Role.OWNER and _is_last_owner(membership):
+            raise AccountError("the tenant's last owner stays an owner: make another member owner first")
+        membership.role = role
+        membership.save(update_fields=["role"])
+    return membership
+
+
+def member_remove(*, membership: Membership) -> None:
+    """End a membership; the tenant's last owner stays."""
+    with transaction.atomic():
+        list(Membership.objects.select_for_update().filter(tenant_id=membership.tenant_id, role=Role.OWNER))
+        membership.refresh_from_db(fields=["role"])
+        if _is_last_owner(membership):
+            raise AccountError("the tenant's last owner stays: make another member owner first")
+        membership.delete()
 
 
 def member_add(*, tenant: Tenant, user: User, role: str) -> Membership:
@@ -184,14 +267,26 @@ def agent_secret_set(*, agent: Agent, secret: str, save: bool = True) -> None:
         agent.save(update_fields=["secret_sealed", "updated_at"])
 
 
-def oidc_issuer_set(*, tenant: Tenant, issuer: str, audience: str, jwks_url: str) -> OidcIssuer:
+def oidc_issuer_set(
+    *, tenant: Tenant, issuer: str, audience: str, jwks_url: str, role_claim: str | None = None
+) -> OidcIssuer:
     """Accept bearer tokens from `issuer` for `tenant`'s agents (replacing any issuer it had).
-    The JWKS URL must pass the outbound guard now, not first on a caller's request."""
+    The JWKS URL must pass the outbound guard now, not first on a caller's request. With
+    `role_claim`, tokens carrying that claim naming a role also manage the tenant through its
+    API (None keeps the claim the issuer had; "" removes it)."""
     try:
         ssrf.check(jwks_url, unresolvable_ok=True)
     except ssrf.Refused as exc:
         raise AccountError(f"jwks_url refused: {exc}") from None
-    found, _ = OidcIssuer.objects.update_or_create(
-        tenant=tenant, defaults={"issuer": issuer, "audience": audience, "jwks_url": jwks_url, "is_active": True}
-    )
+    defaults: dict[str, Any] = {"issuer": issuer, "audience": audience, "jwks_url": jwks_url, "is_active": True}
+    if role_claim is not None:
+        defaults["role_claim"] = role_claim.strip()
+    found, _ = OidcIssuer.objects.update_or_create(tenant=tenant, defaults=defaults)
     return found
+
+
+def oidc_issuer_remove(*, tenant: Tenant) -> bool:
+    """Stop accepting the tenant's issuer's tokens (from the next request on, in every
+    process); False if it had none."""
+    deleted, _ = OidcIssuer.objects.filter(tenant=tenant).delete()
+    return bool(deleted)

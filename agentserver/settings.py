@@ -38,12 +38,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI's files for the API's docs page (/api/docs/), served by the server itself
+    "drf_spectacular_sidecar",
     "accounts",
     "registry",
     "tasks_app",
     "push",
     "protocols",
     "groups",
+    "tenant_api",
     "ops",
 ]
 
@@ -466,10 +469,21 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# The tenant API (/api/v1/, docs/api.md): writes per caller (a management key, an issuer's
+# subject), e.g. "120/min"; empty: not throttled.
+TENANT_API_WRITE_RATE = env.str("TENANT_API_WRITE_RATE", default="120/min")
+
 SPECTACULAR_SETTINGS = {
-    "TITLE": "agentserver registry API",
-    "DESCRIPTION": "A curated directory of A2A and ACPs agents: search, entries, card versions, health, "
-    "submission, domain proofs and flags.",
+    "TITLE": "agentserver API",
+    "DESCRIPTION": "The tenant API (/api/v1/: a tenant's members, API keys, OpenID Connect issuer, agents, "
+    "tasks, push configs and delivery log; docs/api.md) and the registry API (/api/registry/: a curated "
+    "directory of A2A and ACPs agents: search, entries, card versions, health, submission, domain proofs "
+    "and flags).",
+    # The docs page (/api/docs/) loads Swagger UI from this server (drf-spectacular-sidecar),
+    # and asks no validator elsewhere to check the document: no request leaves the machine.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -479,6 +493,11 @@ SPECTACULAR_SETTINGS = {
         "EntryStateEnum": "registry.models.State",
         "HealthEnum": "registry.models.Health",
         "KindEnum": "registry.models.Kind",
+        "ManagementRoleEnum": "tenant_api.serializers.MANAGEMENT_ROLES",
+        "TaskStateEnum": "tasks_app.lifecycle.TaskState",
+        "DialectEnum": "tasks_app.lifecycle.Dialect",
+        "DeliveryStateEnum": "push.models.DeliveryState",
+        "PushConfigStatusEnum": "push.models.ConfigStatus",
     },
 }
 

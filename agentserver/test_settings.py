@@ -43,6 +43,7 @@ os.environ.setdefault("STATIC_FROM_APPS", "1")
 os.environ.setdefault("CACHE_KEY_PREFIX", f"agentserver-test-{os.getpid()}")
 # The registry's API tests post far more than a person would; its throttle's own test sets a rate.
 os.environ.setdefault("REGISTRY_WRITE_RATE", "")
+os.environ.setdefault("TENANT_API_WRITE_RATE", "")
 # A failed group join answers at once in tests (the hostile invitations are many); the test of
 # the equal answer sets its own delay.
 os.environ.setdefault("AIP_GROUP_FAILED_JOIN_AFTER", "0")

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from agentserver.admin_login import LockoutAdminAuthenticationForm
 from ops import views as ops_views
@@ -14,6 +15,14 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.metrics_view, name="metrics"),
+    # Before the registry's /api/ (whose last path answers anything else under /api/ with 404).
+    path("api/v1/", include("tenant_api.urls")),
+    # The OpenAPI document (/api/schema/, both APIs) as a page; its assets are served from here.
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="registry-api:schema", title="agentserver API"),
+        name="api-docs",
+    ),
     path("api/", include("registry.api.urls")),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
     path("registry/", include("registry.urls")),

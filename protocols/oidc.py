@@ -357,11 +357,18 @@ async def verify(token: str, issuer: OidcIssuer) -> str:
 async def verify_until(token: str, issuer: OidcIssuer) -> tuple[str, datetime]:
     """As `verify`, with the token's `exp`: what the token made (a group membership) must not
     outlive it."""
+    subject, expires_at, _ = await verify_claims(token, issuer)
+    return subject, expires_at
+
+
+async def verify_claims(token: str, issuer: OidcIssuer) -> tuple[str, datetime, dict[str, Any]]:
+    """As `verify_until`, with the token's verified claims (the tenant API reads its role
+    claim from them)."""
     alg, kid = _read_header(token)
     key = _choose(await _keys(issuer.jwks_url, kid), alg=alg, kid=kid)
     claims = _claims(token, key, alg=alg, issuer=issuer)
     # PyJWT checked that exp is a number in the future; one past year 9999 is "no end" to us.
-    return _subject(claims), datetime.fromtimestamp(min(float(claims["exp"]), _LAST_EXP), tz=UTC)
+    return _subject(claims), datetime.fromtimestamp(min(float(claims["exp"]), _LAST_EXP), tz=UTC), claims
 
 
 _LAST_EXP = 253402300799.0  # 9999-12-31T23:59:59Z

@@ -136,13 +136,36 @@ def config_delete(*, agent: Agent, principal: Principal, task_id: str, config_id
         doomed = PushConfig.objects.filter(task=task, deleted_at__isnull=True)
         if config_id is not None:
             doomed = doomed.filter(config_id=config_id)
-        # The row stays for the delivery log; its secrets go.
-        deleted = doomed.update(
-            deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
-        )
-        if task.has_push_configs and not PushConfig.objects.filter(task=task, deleted_at__isnull=True).exists():
-            task_push_configs_mark(task=task, present=False)
+        deleted = _configs_delete_locked(task, doomed, now)
     return deleted
+
+
+def _configs_delete_locked(task: Task, doomed: Any, now: datetime) -> int:
+    # The row stays for the delivery log; its secrets go.
+    deleted = doomed.update(
+        deleted_at=now, credentials_sealed="", token_sealed="", lease_token=None, lease_until=None, updated_at=now
+    )
+    if task.has_push_configs and not PushConfig.objects.filter(task=task, deleted_at__isnull=True).exists():
+        task_push_configs_mark(task=task, present=False)
+    return deleted
+
+
+def config_delete_for_tenant(*, tenant_id: int, config_pk: int) -> bool:
+    """Delete one config of a task of the tenant, as the tenant manages it (its API), not as
+    the task's caller: the same deletion as `config_delete`. False if there is no such live
+    config of the tenant's."""
+    now = timezone.now()
+    with transaction.atomic():
+        config = (
+            PushConfig.objects.filter(pk=config_pk, task__tenant_id=tenant_id, deleted_at__isnull=True)
+            .values_list("task_id", flat=True)
+            .first()
+        )
+        if config is None:
+            return False
+        task = Task.objects.select_for_update().get(pk=config)
+        doomed = PushConfig.objects.filter(pk=config_pk, deleted_at__isnull=True)
+        return bool(_configs_delete_locked(task, doomed, now))
 
 
 # --- configs registered before their task (AIP) -----------------------------------------

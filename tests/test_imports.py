@@ -12,7 +12,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ["outbound", "accounts", "tasks_app", "push", "protocols", "groups", "registry", "ops", "agentserver"]
+LAYERS = [
+    "outbound",
+    "accounts",
+    "tasks_app",
+    "push",
+    "protocols",
+    "groups",
+    "registry",
+    "tenant_api",
+    "ops",
+    "agentserver",
+]
 
 
 def _module_name(path: Path) -> str:

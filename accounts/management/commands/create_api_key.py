@@ -21,9 +21,16 @@ class Command(BaseCommand):
             "--agent", action="append", default=[], metavar="SLUG", help="limit the key to this agent (repeatable)"
         )
         parser.add_argument("--expires", help="when it stops working: 30d, 12h, 90m, or an ISO 8601 time")
+        parser.add_argument(
+            "--management-role",
+            default="",
+            choices=["", "viewer", "operator", "owner"],
+            help="the key also manages the tenant through its API (/api/v1/) with this role "
+            "(default: none, it calls agents only)",
+        )
         parser.add_argument("--json", action="store_true", help="print a JSON object")
 
-    def handle(self, *args, tenant, name, principal, agent, expires, **options):
+    def handle(self, *args, tenant, name, principal, agent, expires, management_role, **options):
         found = tenant_or_error(tenant)
         agents = list(Agent.objects.filter(tenant=found, slug__in=agent))
         missing = sorted(set(agent) - {a.slug for a in agents})
@@ -36,6 +43,7 @@ class Command(BaseCommand):
                 principal=principal,
                 agents=agents,
                 expires_at=when(expires) if expires else None,
+                management_role=management_role,
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from None
@@ -46,6 +54,7 @@ class Command(BaseCommand):
                 "principal": key.principal,
                 "agents": sorted(a.slug for a in agents),
                 "expires_at": key.expires_at,
+                "management_role": key.management_role,
                 "api_key": plaintext,
             }
             self.stdout.write(dumps(summary))

@@ -1,0 +1,162 @@
+"""Objects as the API answers them: plain dicts, rendered through tenant_api.serializers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Tenant
+from push.models import PushConfig, PushDelivery
+from tasks_app.models import Task
+from tasks_app.selectors import Timeline
+
+
+def tenant(found: Tenant, role: str) -> dict[str, Any]:
+    return {
+        "slug": found.slug,
+        "name": found.name,
+        "created_at": found.created_at,
+        "updated_at": found.updated_at,
+        "your_role": role,
+    }
+
+
+def member(found: Membership) -> dict[str, Any]:
+    return {"username": found.user.username, "role": found.role, "created_at": found.created_at}
+
+
+def key(found: ApiKey) -> dict[str, Any]:
+    return {
+        "prefix": found.prefix,
+        "name": found.name,
+        "principal": found.principal,
+        "management_role": found.management_role,
+        "agents": sorted(a.slug for a in found.agents.all()),
+        "created_at": found.created_at,
+        "expires_at": found.expires_at,
+        "revoked_at": found.revoked_at,
+        "last_used_at": found.last_used_at,
+    }
+
+
+def issuer(found: OidcIssuer) -> dict[str, Any]:
+    return {
+        "issuer": found.issuer,
+        "audience": found.audience,
+        "jwks_url": found.jwks_url,
+        "role_claim": found.role_claim,
+        "is_active": found.is_active,
+        "created_at": found.created_at,
+        "updated_at": found.updated_at,
+    }
+
+
+AGENT_FIELDS = (
+    "name",
+    "description",
+    "version",
+    "aic",
+    "executor",
+    "settings",
+    "provider_organization",
+    "provider_url",
+    "icon_url",
+    "documentation_url",
+    "skills",
+    "input_modes",
+    "output_modes",
+    "extensions",
+    "has_extended_card",
+    "extended_card",
+    "streaming",
+    "push_notifications",
+    "is_public",
+    "shared_sandbox",
+    "is_active",
+)
+
+
+def agent(found: Agent) -> dict[str, Any]:
+    shown = {field: getattr(found, field) for field in AGENT_FIELDS}
+    return {
+        "slug": found.slug,
+        "url": found.path,
+        **shown,
+        "has_secret": bool(found.secret_sealed),  # the secret itself never leaves the server
+        "created_at": found.created_at,
+        "updated_at": found.updated_at,
+    }
+
+
+def task(found: Task) -> dict[str, Any]:
+    return {
+        "id": found.pk,
+        "agent": found.agent.slug,
+        "owner": found.owner,
+        "state": found.state,
+        "dialect": found.dialect,
+        "context_id": found.context_id,
+        "client_task_id": found.client_task_id,
+        "failure": found.failure,
+        "created_at": found.created_at,
+        "status_timestamp": found.status_timestamp,
+        "message_count": found.message_count,
+        "artifact_count": found.artifact_count,
+    }
+
+
+def timeline(found: Timeline) -> list[dict[str, Any]]:
+    """The page's events and the user messages that came with them, in the order they happened
+    (as the admin's task page shows them)."""
+    entries: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+    for m in found.messages:
+        payload = {
+            "role": m.role,
+            "message_id": m.message_id,
+            "parts": m.parts,
+            "metadata": m.metadata,
+            "reference_task_ids": m.reference_task_ids or [],
+            "command": m.command,
+        }
+        entries.append(
+            ((m.created_at, 0, m.pk), {"kind": "message", "seq": None, "at": m.created_at, "payload": payload})
+        )
+    for e in found.events:
+        entries.append(
+            ((e.created_at, 1, e.seq), {"kind": e.kind, "seq": e.seq, "at": e.created_at, "payload": e.payload})
+        )
+    entries.sort(key=lambda pair: pair[0])
+    return [entry for _, entry in entries]
+
+
+def push_config(found: PushConfig) -> dict[str, Any]:
+    return {
+        "id": found.pk,
+        "config_id": found.config_id,
+        "task": found.task_id,
+        "url": found.url,
+        "auth_scheme": found.auth_scheme,
+        "has_credentials": bool(found.credentials_sealed),
+        "has_token": bool(found.token_sealed),
+        "status": found.status,
+        "delivered_seq": found.delivered_seq,
+        "next_attempt_at": found.next_attempt_at,
+        "created_at": found.created_at,
+        "updated_at": found.updated_at,
+    }
+
+
+def delivery(found: PushDelivery) -> dict[str, Any]:
+    return {
+        "id": found.pk,
+        "event_id": found.event_id_text,
+        "task": found.config.task_id,
+        "config": found.config_id,
+        "config_id": found.config.config_id,
+        "seq": found.seq,
+        "state": found.state,
+        "attempts": found.attempts,
+        "last_status_code": found.last_status_code,
+        "last_error": found.last_error,
+        "created_at": found.created_at,
+        "delivered_at": found.delivered_at,
+    }

@@ -1,0 +1,26 @@
+"""The tenant API's paths, included under /api/v1/ by agentserver.urls."""
+
+from django.urls import path
+
+from . import views, views_tasks
+
+app_name = "tenant-api"
+
+T = "tenants/<slug:slug>/"
+
+urlpatterns = [
+    path(T, views.TenantDetailView.as_view(), name="tenant"),
+    path(f"{T}members/", views.MembersView.as_view(), name="members"),
+    path(f"{T}members/<str:username>/", views.MemberView.as_view(), name="member"),
+    path(f"{T}keys/", views.KeysView.as_view(), name="keys"),
+    path(f"{T}keys/<str:prefix>/", views.KeyView.as_view(), name="key"),
+    path(f"{T}issuer/", views.IssuerView.as_view(), name="issuer"),
+    path(f"{T}tasks/", views_tasks.TasksView.as_view(), name="tasks"),
+    path(f"{T}tasks/<str:task_id>/", views_tasks.TaskView.as_view(), name="task"),
+    path(f"{T}tasks/<str:task_id>/cancel/", views_tasks.TaskCancelView.as_view(), name="task-cancel"),
+    path(f"{T}push-configs/", views_tasks.PushConfigsView.as_view(), name="push-configs"),
+    path(f"{T}push-configs/<int:pk>/", views_tasks.PushConfigView.as_view(), name="push-config"),
+    path(f"{T}deliveries/", views_tasks.DeliveriesView.as_view(), name="deliveries"),
+    path(f"{T}deliveries/<int:pk>/", views_tasks.DeliveryView.as_view(), name="delivery"),
+    path(f"{T}deliveries/<int:pk>/retry/", views_tasks.DeliveryRetryView.as_view(), name="delivery-retry"),
+]

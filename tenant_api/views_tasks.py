@@ -1,0 +1,240 @@
+"""The tenant's tasks (the admin's list, filters and search; a task with its timeline; cancel),
+its tasks' push configs (read, delete) and the delivery log (read, retry a dead delivery).
+
+Viewers read; operators cancel, delete configs and retry deliveries, through the services the
+admin's actions use (tasks_app.services.task_cancel_as_operator, push.services)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from accounts.models import Role
+from push import services as push_services
+from push.models import DeliveryState, PushAttempt
+from tasks_app import selectors as task_selectors
+from tasks_app import services as task_services
+from tasks_app.errors import TaskNotCancelable, TaskNotFound
+from tasks_app.lifecycle import TaskState
+
+from . import represent, selectors
+from . import serializers as s
+from .base import TenantView, errors, missing, page_or_400, query, valid
+from .errors import Conflict
+from .views import _next
+
+TAG = "tenant tasks"
+TIMELINE_PAGE_SIZE = 200
+OPERATOR_WRITES = {"POST": Role.OPERATOR, "DELETE": Role.OPERATOR}
+
+
+class TasksView(TenantView):
+    @extend_schema(
+        operation_id="tenant_tasks_list",
+        tags=[TAG],
+        summary="The tenant's tasks",
+        description="Newest change first, a page at a time (follow `next`). The admin's filters (agent, state, "
+        "dialect, owner, when last changed) and search (`q`: a task, context or message id exactly, or words of "
+        "a message's text).",
+        parameters=[s.TaskQuery],
+        responses={200: s.TasksOut, **errors(400)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        v = query(s.TaskQuery, request, repeated=("state",))
+        found = selectors.TaskFilter(
+            agent=v.get("agent"),
+            states=tuple(v.get("state") or ()),
+            dialect=v.get("dialect"),
+            owner=v.get("owner"),
+            changed_after=v.get("changed_after"),
+            changed_before=v.get("changed_before"),
+            q=v.get("q"),
+        )
+        tenant = self.tenant(request)
+        page = page_or_400(lambda: selectors.task_page(tenant, found, cursor=v.get("cursor"), size=v["page_size"]))
+        body = {"results": [represent.task(t) for t in page.items], "next": _next(request, page)}
+        return Response(s.TasksOut(body).data)
+
+
+class TaskView(TenantView):
+    def _task(self, request: Request, task_id: str):  # type: ignore[no-untyped-def]
+        found = selectors.task_of(self.tenant(request), task_id)
+        if found is None:
+            raise missing("task")
+        return found
+
+    @extend_schema(
+        operation_id="tenant_tasks_retrieve",
+        tags=[TAG],
+        summary="A task with its timeline",
+        description="Its events and the user messages between them, oldest first, "
+        f"{TIMELINE_PAGE_SIZE} events a page (`timeline_page`); the full reason of a failure.",
+        parameters=[s.TaskDetailQuery],
+        responses={200: s.TaskDetailOut, **errors(400)},
+    )
+    def get(self, request: Request, slug: str, task_id: str) -> Response:
+        task = self._task(request, task_id)
+        v = query(s.TaskDetailQuery, request)
+        timeline = task_selectors.task_timeline(task, page=v["timeline_page"], per_page=TIMELINE_PAGE_SIZE)
+        body: dict[str, Any] = {
+            **represent.task(task),
+            "failure_reason": task_selectors.failure_reason(task) if task.state == TaskState.FAILED else "",
+            "metadata": task.metadata,
+            "timeline": represent.timeline(timeline),
+            "timeline_page": timeline.page,
+            "timeline_pages": timeline.pages,
+        }
+        return Response(s.TaskDetailOut(body).data)
+
+
+class TaskCancelView(TenantView):
+    roles = OPERATOR_WRITES
+
+    @extend_schema(
+        operation_id="tenant_tasks_cancel",
+        tags=[TAG],
+        summary="Cancel a task (operators)",
+        description="The admin's cancel: the agent notices on its next step, streams and push receivers hear "
+        "the canceled status. 409 when the task is finished already.",
+        request=s.CancelIn,
+        responses={200: s.TaskOut, **errors(400, 409, 413, 429)},
+    )
+    def post(self, request: Request, slug: str, task_id: str) -> Response:
+        task = selectors.task_of(self.tenant(request), task_id)
+        if task is None:
+            raise missing("task")
+        v = valid(s.CancelIn, request.data if request._request.body else {})
+        reason = (v.get("reason") or "").strip() or f"canceled by {self.manager(request).name} through the API"
+        try:
+            task_services.task_cancel_as_operator(task_id=task.pk, reason=reason)
+        except TaskNotCancelable as exc:
+            raise Conflict(str(exc)) from None
+        except TaskNotFound:
+            raise missing("task") from None
+        task.refresh_from_db()
+        return Response(s.TaskOut(represent.task(task)).data)
+
+
+# --- push configs ---------------------------------------------------------------------------
+
+
+class PushConfigsView(TenantView):
+    @extend_schema(
+        operation_id="tenant_push_configs_list",
+        tags=[TAG],
+        summary="Push configs of the tenant's tasks",
+        description="Live ones, newest first; whether credentials or a token are set, never them.",
+        parameters=[s.PushConfigQuery],
+        responses={200: s.PushConfigsOut, **errors(400)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        v = query(s.PushConfigQuery, request)
+        task = str(v["task"]) if v.get("task") else None
+        configs = selectors.push_configs_of(self.tenant(request), task_id=task)
+        page = page_or_400(
+            lambda: selectors.page_by_pk(configs, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
+        )
+        body = {"results": [represent.push_config(c) for c in page.items], "next": _next(request, page)}
+        return Response(s.PushConfigsOut(body).data)
+
+
+class PushConfigView(TenantView):
+    roles = OPERATOR_WRITES
+
+    @extend_schema(
+        operation_id="tenant_push_configs_retrieve",
+        tags=[TAG],
+        summary="A push config",
+        responses={200: s.PushConfigOut, **errors()},
+    )
+    def get(self, request: Request, slug: str, pk: int) -> Response:
+        found = selectors.push_config_of(self.tenant(request), pk)
+        if found is None:
+            raise missing("push config")
+        return Response(s.PushConfigOut(represent.push_config(found)).data)
+
+    @extend_schema(
+        operation_id="tenant_push_configs_delete",
+        tags=[TAG],
+        summary="Delete a push config (operators)",
+        description="Nothing more is delivered to it; its deliveries stay in the log, its secrets go.",
+        responses={204: None, **errors(429)},
+    )
+    def delete(self, request: Request, slug: str, pk: int) -> Response:
+        if not push_services.config_delete_for_tenant(tenant_id=self.tenant(request).pk, config_pk=pk):
+            raise missing("push config")
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- the delivery log -----------------------------------------------------------------------
+
+
+def _delivery_detail(found: Any) -> dict[str, Any]:
+    attempts = PushAttempt.objects.filter(delivery_id=found.pk).order_by("id")[:100]
+    log = [
+        {"started_at": a.started_at, "status_code": a.status_code, "latency_ms": a.latency_ms, "error": a.error}
+        for a in attempts
+    ]
+    return {**represent.delivery(found), "attempt_log": log}
+
+
+class DeliveriesView(TenantView):
+    @extend_schema(
+        operation_id="tenant_deliveries_list",
+        tags=[TAG],
+        summary="The push delivery log",
+        description="One delivery per event and push config, newest first; by state and task.",
+        parameters=[s.DeliveryQuery],
+        responses={200: s.DeliveriesOut, **errors(400)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        v = query(s.DeliveryQuery, request)
+        task = str(v["task"]) if v.get("task") else None
+        deliveries = selectors.deliveries_of(self.tenant(request), state=v.get("state"), task_id=task)
+        page = page_or_400(
+            lambda: selectors.page_by_pk(deliveries, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
+        )
+        body = {"results": [represent.delivery(d) for d in page.items], "next": _next(request, page)}
+        return Response(s.DeliveriesOut(body).data)
+
+
+class DeliveryView(TenantView):
+    @extend_schema(
+        operation_id="tenant_deliveries_retrieve",
+        tags=[TAG],
+        summary="A delivery with its attempts",
+        responses={200: s.DeliveryDetailOut, **errors()},
+    )
+    def get(self, request: Request, slug: str, pk: int) -> Response:
+        found = selectors.delivery_of(self.tenant(request), pk)
+        if found is None:
+            raise missing("delivery")
+        return Response(s.DeliveryDetailOut(_delivery_detail(found)).data)
+
+
+class DeliveryRetryView(TenantView):
+    roles = OPERATOR_WRITES
+
+    @extend_schema(
+        operation_id="tenant_deliveries_retry",
+        tags=[TAG],
+        summary="Retry a dead delivery (operators)",
+        description="A fresh budget of attempts; its config resumes from it. 409 when the delivery is not dead "
+        "(or its config was deleted, or a later retry got past it).",
+        request=None,
+        responses={200: s.DeliveryDetailOut, **errors(409, 429)},
+    )
+    def post(self, request: Request, slug: str, pk: int) -> Response:
+        tenant = self.tenant(request)
+        found = selectors.delivery_of(tenant, pk)
+        if found is None:
+            raise missing("delivery")
+        if found.state != DeliveryState.DEAD:
+            raise Conflict(f"the delivery is {found.state}, not dead: nothing was sent again")
+        if not push_services.deliveries_retry(delivery_pks=[found.pk]):
+            raise Conflict("the delivery cannot be retried (its config was deleted, or a later retry got past it)")
+        return Response(s.DeliveryDetailOut(_delivery_detail(selectors.delivery_of(tenant, pk))).data)
