@@ -83,3 +83,24 @@ class Failure(models.TextChoices):
     MISCONFIGURED = "misconfigured", "the agent is misconfigured"
     STORE_UNAVAILABLE = "store-unavailable", "the task store was unavailable while the agent ran"
     PRODUCTS_TOO_LARGE = "products-too-large", "the agent's products exceeded the size the client allowed"
+
+
+# What a task's client is told when the server fails its run (the failed status's message):
+# words a client can act on, never the admin's reason (StatusChange.reason), which may name
+# hosts, URLs, settings and exception texts. A failure may say more precisely what happened
+# (AgentFailure's `public`); these are the defaults. docs/executors.md ("What a client sees
+# when a run fails") lists them.
+PUBLIC_TEXTS: dict[str, str] = {
+    Failure.AGENT_ERROR: "the agent failed with an internal error; its owner can see the reason",
+    Failure.INVALID_RESPONSE: "the agent gave an answer this server cannot use; its owner can see the reason",
+    Failure.TIME_LIMIT: "the agent did not finish within its time limit",
+    Failure.WORKER_LOST: "the server lost the worker running the agent; send the message again",
+    Failure.MISCONFIGURED: "the agent is misconfigured and cannot run until its owner corrects it",
+    Failure.STORE_UNAVAILABLE: "the server's task store was unavailable while the agent ran; send the message again",
+    Failure.PRODUCTS_TOO_LARGE: "the agent's products grew larger than the client allowed (maxProductsBytes)",
+}
+
+
+def public_text(failure: str) -> str:
+    """What the client of a task failed as `failure` reads as its status message."""
+    return PUBLIC_TEXTS.get(failure) or PUBLIC_TEXTS[Failure.AGENT_ERROR]

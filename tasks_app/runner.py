@@ -50,8 +50,9 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
 
 
 def _executed(inputs: RunInputs, *, task_id: Any, run_token: uuid.UUID) -> str:
-    def fail(failure: str, reason: str) -> str:
-        services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason)
+    def fail(failure: str, reason: str, public: str = "") -> str:
+        # The reason is the admin's; the client reads `public` (the failure's default unless given).
+        services.run_fail(task_id=task_id, run_token=run_token, failure=failure, reason=reason, public=public)
         return "failed"
 
     executor = executor_for(inputs.executor)
@@ -81,12 +82,17 @@ def _executed(inputs: RunInputs, *, task_id: Any, run_token: uuid.UUID) -> str:
     except TaskClosed:
         return "closed"
     except Misconfigured as exc:
-        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: {exc}")
+        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: {exc}", exc.public)
     except AgentFailure as exc:
-        return fail(exc.failure, str(exc))
+        return fail(exc.failure, str(exc), exc.public)
     except SoftTimeLimitExceeded:
         _discard_connections()
-        return fail(Failure.TIME_LIMIT, f"the agent exceeded its time limit of {settings.AGENT_SOFT_TIME_LIMIT} s")
+        limit = settings.AGENT_SOFT_TIME_LIMIT
+        return fail(
+            Failure.TIME_LIMIT,
+            f"the agent exceeded its time limit of {limit} s",
+            f"the agent did not finish within its time limit of {limit} s",
+        )
     except (InvalidTransition, Refused) as exc:  # a part, an id or a name the store cannot hold
         return fail(Failure.INVALID_RESPONSE, f"the agent gave an invalid response: {exc}")
     except STORE_ERRORS as exc:  # raised by a ctx call: the store failed, not the agent
@@ -104,7 +110,8 @@ def _executed(inputs: RunInputs, *, task_id: Any, run_token: uuid.UUID) -> str:
     if not ctx.settled:
         if ctx.cancelled:  # the executor saw the cancellation and stopped, as it should
             return "closed"
-        return fail(Failure.INVALID_RESPONSE, "the agent returned without completing the task or asking for input")
+        said = "the agent returned without completing the task or asking for input"
+        return fail(Failure.INVALID_RESPONSE, said, said)
     return "done"
 
 

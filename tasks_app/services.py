@@ -26,6 +26,7 @@ from accounts.models import Agent
 from accounts.selectors import Principal
 
 from . import dispatch, hints, hooks, media, sql, storable
+from . import parts as P
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, TaskLimits, parse_task_id
 from .errors import (
     InvalidParams,
@@ -37,7 +38,18 @@ from .errors import (
     TooManyActiveTasks,
     UnsupportedOperation,
 )
-from .lifecycle import ALLOWED, INTERRUPTED, TERMINAL, Dialect, EventKind, Failure, Role, TaskState, can_transition
+from .lifecycle import (
+    ALLOWED,
+    INTERRUPTED,
+    TERMINAL,
+    Dialect,
+    EventKind,
+    Failure,
+    Role,
+    TaskState,
+    can_transition,
+    public_text,
+)
 from .models import (
     ACTIVE_STATES,
     ANONYMOUS_OWNER,
@@ -986,11 +998,14 @@ def _artifact_store(task: Task, artifact: NewArtifact) -> None:
     )
 
 
-def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None) -> bool:
-    """Fail a task because its run went wrong (time limit, crash, bad executor). Quiet if already over."""
+def run_fail(*, task_id: Any, reason: str, failure: str, run_token: Any = None, public: str = "") -> bool:
+    """Fail a task because its run went wrong (time limit, crash, bad executor). Quiet if already over.
+    `reason` is the admin's (the status change's); the client reads `public` (the failure's
+    default text unless given) as the status message, written in the same statement."""
+    parts = [P.text(public or public_text(failure))]
     try:
         task_transition(
-            task_id=task_id, state=TaskState.FAILED, parts=None, reason=reason, failure=failure, run_token=run_token
+            task_id=task_id, state=TaskState.FAILED, parts=parts, reason=reason, failure=failure, run_token=run_token
         )
     except TaskClosed:
         return False

@@ -44,7 +44,7 @@ from accounts.services import agent_secret_set
 from tasks_app import runner
 from tasks_app.executors import REGISTRY
 from tasks_app.executors.upstream import card as cards
-from tasks_app.executors.upstream import config
+from tasks_app.executors.upstream import config, session
 from tasks_app.executors.upstream.translate import Chunk, Memory, Remember, Reply, Status, Translator
 from tasks_app.models import Task as StoredTask
 from tasks_app.models import TaskEvent
@@ -468,13 +468,20 @@ def test_pinned_to_1_0_a_0_3_only_upstream_is_a_misconfiguration_saying_what_it_
         ("reject", "REJECTED", "not for me"),
         ("auth", "AUTH_REQUIRED", "sign in first"),
         ("cancel", "FAILED", "the upstream agent canceled the taskchanged my mind"),
-        ("boom", "FAILED", "the upstream agent answered with error -32603: the upstream agent broke"),
+        # A failed exchange (not the upstream's verdict): our client reads the error's code, the
+        # admin its words too.
+        ("boom", "FAILED", "the upstream agent answered with error -32603"),
     ],
 )
 def test_how_the_upstream_ends_is_how_our_task_ends(rpc, tenant, alice_key, any_upstream, script, expected, message):
     fronted(tenant, any_upstream.base)
     task = rpc.send(FRONTED, script, key=alice_key).result["task"]
     assert (state(task), status_text(task)) == (expected, message)
+    if script == "boom":
+        assert failure(task) == (
+            "agent-error",
+            "the upstream agent answered with error -32603: the upstream agent broke",
+        )
 
 
 @in_process
@@ -553,8 +560,9 @@ def test_a_wrong_secret_fails_the_task_with_the_upstreams_http_status(rpc, tenan
     task = rpc.send(FRONTED, "echo x", key=alice_key).result["task"]
     assert (state(task), status_text(task)) == (
         "FAILED",
-        "the upstream agent answered HTTP 401 (is the agent's secret right?)",
+        "the upstream agent answered HTTP 401 (the agent's secret may not match the upstream's)",
     )
+    assert failure(task) == ("agent-error", "the upstream agent answered HTTP 401 (is the agent's secret right?)")
 
 
 @in_process
@@ -566,6 +574,7 @@ def test_an_upstream_that_does_not_answer_in_time_fails_the_task_saying_how_long
         task = rpc.send(FRONTED, "echo x", key=alice_key).result["task"]
     assert state(task) == "FAILED"
     assert failure(task)[1].endswith("/.well-known/agent-card.json did not arrive within 1 s")
+    assert status_text(task) == session.CARD_PUBLIC  # no URL
 
 
 @in_process
@@ -579,6 +588,7 @@ def test_an_upstream_that_cannot_be_reached_fails_the_task_saying_so(rpc, tenant
         f"the agent is misconfigured: the upstream's card at {url}/.well-known/agent-card.json could not be "
         "fetched (ConnectError"
     )
+    assert status_text(task) == session.CARD_PUBLIC and "127.0.0.1" not in str(task["status"])
 
 
 @in_process
@@ -800,7 +810,7 @@ def test_live_input_required_then_a_follow_up_continues_the_same_upstream_task(l
 
 
 @live_stack
-def test_live_an_upstream_error_fails_our_task_with_the_upstreams_code_and_message(
+def test_live_an_upstream_error_fails_our_task_with_the_upstreams_code_and_keeps_its_message_for_the_admin(
     live, tenant, alice_key, any_upstream
 ):
     fronted(tenant, any_upstream.base)
@@ -812,8 +822,9 @@ def test_live_an_upstream_error_fails_our_task_with_the_upstreams_code_and_messa
     task_id = asyncio.run(scenario()).id
     stored = StoredTask.objects.get(pk=task_id)
     assert stored.state == "failed"
-    assert (
-        texts(stored.status_message.parts) == "the upstream agent answered with error -32603: the upstream agent broke"
+    assert texts(stored.status_message.parts) == "the upstream agent answered with error -32603"
+    assert stored.status_changes.order_by("-id").first().reason == (
+        "the upstream agent answered with error -32603: the upstream agent broke"
     )
 
 

@@ -13,7 +13,7 @@ from .. import dispatch, media, selectors, services
 from .. import parts as P
 from ..domain import MessageView, NewArtifact, TaskLimits
 from ..errors import TaskClosed
-from ..lifecycle import CLIENT_CONFIRMS, SETTLED, TERMINAL, WORKS_FIRST, Failure, Role, TaskState
+from ..lifecycle import CLIENT_CONFIRMS, SETTLED, TERMINAL, WORKS_FIRST, Failure, Role, TaskState, public_text
 from .extensions import EXTENSIONS, ExtensionUse, ServerExtension, uses
 
 Content = str | list[P.Part] | None
@@ -160,11 +160,8 @@ class AgentContext:
         sizes[artifact_id] = (sizes.get(artifact_id, 0) if append else 0) + P.content_size(parts)
         size = sum(sizes.values())
         if size > limit:
-            raise AgentFailure(
-                f"the products would be {size} bytes, more than the {limit} bytes the client allowed "
-                "(maxProductsBytes)",
-                failure=Failure.PRODUCTS_TOO_LARGE,
-            )
+            said = f"products would be {size} bytes, more than the {limit} bytes the client allowed (maxProductsBytes)"
+            raise AgentFailure(f"the {said}", failure=Failure.PRODUCTS_TOO_LARGE, public=f"the agent's {said}")
         self._products = sizes
 
     def working(self, msg: Content = None) -> None:
@@ -256,18 +253,28 @@ class AgentContext:
 
 class Misconfigured(Exception):
     """The agent cannot run as its tenant configured it (a missing setting, an unreadable
-    secret): its task fails with this message as the reason, as a misconfiguration."""
+    secret): its task fails with this message as the reason, as a misconfiguration. Its client
+    reads `public` (the misconfigured default unless given), never this message."""
+
+    def __init__(self, reason: str, *, public: str = "") -> None:
+        super().__init__(reason)
+        self.public = public or public_text(Failure.MISCONFIGURED)
 
 
 class AgentFailure(Exception):
     """The run cannot go on, for a reason the server records: the task fails as `failure` (a
     `lifecycle.Failure`) with this message as the reason. For executors whose logic runs
     elsewhere (a webhook endpoint that cannot be reached, answers 500, or answers what cannot
-    be applied), where an exception's class name alone would not say what happened."""
+    be applied), where an exception's class name alone would not say what happened.
 
-    def __init__(self, reason: str, *, failure: str = Failure.AGENT_ERROR) -> None:
+    The reason is the admin's (it may name hosts, URLs, settings); the task's client reads
+    `public` as the failed status's message: what went wrong in words it can act on, with
+    nothing internal (the failure kind's default text unless given)."""
+
+    def __init__(self, reason: str, *, failure: str = Failure.AGENT_ERROR, public: str = "") -> None:
         super().__init__(reason)
         self.failure = failure
+        self.public = public or public_text(failure)
 
 
 class Executor:

@@ -23,7 +23,9 @@ import hmac
 import logging
 import re
 import time
+import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -277,7 +279,8 @@ def signing_key(secret: str) -> bytes:
     """The HMAC key of a Standard Webhooks secret: base64 after `whsec_`."""
     if not secret:
         raise Misconfigured(
-            "it has no secret to sign its webhook requests with: set one (Standard Webhooks form, whsec_ and base64)"
+            "it has no secret to sign its webhook requests with: set one (Standard Webhooks form, whsec_ and base64)",
+            public=_MISCONFIGURED_NO_SECRET,
         )
     encoded = secret.removeprefix(SECRET_PREFIX)
     try:
@@ -285,7 +288,10 @@ def signing_key(secret: str) -> bytes:
     except (binascii.Error, ValueError):
         key = b""
     if not key:
-        raise Misconfigured("its secret is not a Standard Webhooks secret (whsec_ followed by base64): set it again")
+        raise Misconfigured(
+            "its secret is not a Standard Webhooks secret (whsec_ followed by base64): set it again",
+            public=_MISCONFIGURED_SECRET,
+        )
     return key
 
 
@@ -423,7 +429,7 @@ class Plan:
         url = raw["url"]
         problem = _scheme_problem(url)
         if problem:
-            raise Misconfigured(f"its webhook url {problem}")
+            raise Misconfigured(f"its webhook url {problem}", public=_MISCONFIGURED_URL)
         limit = run_limit()
         wanted = float(raw.get("timeout", DEFAULT_TIMEOUT))
         timeout = min(wanted, limit)
@@ -454,13 +460,24 @@ def _response_cap() -> int:
 
 # --- a run -------------------------------------------------------------------------------
 
+# What the task's client reads when a run fails (its status message; docs/executors.md, "What a
+# client sees when a run fails"): what happened, never the endpoint's address or its words.
+_UNREACHABLE = "the agent's endpoint could not be reached"
+_MISCONFIGURED_NO_SECRET = "the agent is misconfigured: it has no webhook secret; its owner must set one"
+_MISCONFIGURED_SECRET = "the agent is misconfigured: its webhook secret is not valid; its owner must set it again"
+_MISCONFIGURED_URL = "the agent is misconfigured: its endpoint must use https on this server; its owner must correct it"
+_MISCONFIGURED_ADDRESS = (
+    "the agent is misconfigured: its endpoint's address is not allowed on this server; its owner must correct it"
+)
+
 
 class _Undelivered(Exception):
     """This attempt did not reach the endpoint's logic (no connection, dropped before an
     answer, an answer that says "later"): the run may try again."""
 
-    def __init__(self, reason: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, *, public: str = "", retry_after: float | None = None) -> None:
         super().__init__(reason)
+        self.public = public or _UNREACHABLE
         self.retry_after = retry_after
 
 
@@ -492,11 +509,15 @@ class _Run:
         self.applied = 0
         self.deadline = time.monotonic() + plan.timeout
 
-    def fail(self, reason: str, failure: str = Failure.AGENT_ERROR) -> AgentFailure:
-        return AgentFailure(reason, failure=failure)
+    def fail(self, reason: str, public: str, failure: str = Failure.AGENT_ERROR) -> AgentFailure:
+        """The run fails: `reason` for the admin (it names the endpoint), `public` for the
+        task's client (what happened, never where)."""
+        return AgentFailure(reason, failure=failure, public=public)
 
-    def invalid(self, reason: str) -> AgentFailure:
-        return self.fail(reason, Failure.INVALID_RESPONSE)
+    def invalid(self, reason: str, public: str) -> AgentFailure:
+        return self.fail(
+            reason, f"the agent's endpoint sent an answer this server cannot use: {public}", Failure.INVALID_RESPONSE
+        )
 
     def go(self) -> None:
         attempts = self.plan.retries + 1
@@ -506,16 +527,17 @@ class _Run:
                 return
             except _Undelivered as exc:
                 if self.applied:  # pragma: no cover - undelivered means nothing was read
-                    raise self.fail(str(exc)) from None
+                    raise self.fail(str(exc), exc.public) from None
                 log.info("task %s: webhook attempt %d of %d: %s", self.ctx.task_id, attempt, attempts, exc)
                 if attempt == attempts:
                     tries = f"{attempts} attempts" if attempts > 1 else "1 attempt, retries 0"
-                    raise self.fail(f"{exc} ({tries})") from None
+                    raise self.fail(f"{exc} ({tries})", f"{exc.public} ({tries})") from None
                 wait = self.backoff(attempt, exc.retry_after)
                 if time.monotonic() + wait >= self.deadline:
+                    left = f"no time left for another within the run's timeout of {self.plan.timeout:g} s"
                     raise self.fail(
-                        f"{exc} (attempt {attempt} of {attempts}; no time left for another within the run's "
-                        f"timeout of {self.plan.timeout:g} s)"
+                        f"{exc} (attempt {attempt} of {attempts}; {left})",
+                        f"{exc.public} (attempt {attempt} of {attempts}; {left})",
                     ) from None
                 _sleep(wait)
                 self.check_cancelled()
@@ -537,7 +559,7 @@ class _Run:
         try:
             destination = ssrf.check(self.plan.url)
         except ssrf.Refused as exc:
-            raise Misconfigured(f"its webhook url is refused: {exc}") from None
+            raise Misconfigured(f"its webhook url is refused: {exc}", public=_MISCONFIGURED_ADDRESS) from None
         except ssrf.Unresolved as exc:
             raise _Undelivered(f"the webhook endpoint could not be reached: {exc}") from None
         assert destination is not None  # without unresolvable_ok a name that does not resolve raises
@@ -557,16 +579,27 @@ class _Run:
         except (client.ConnectFailed, client.Dropped) as exc:
             raise _Undelivered(f"the webhook endpoint at {where} could not be reached: {exc}") from None
         except client.TlsFailed as exc:
-            raise self.fail(f"the webhook endpoint at {where} failed the TLS handshake: {exc}") from None
+            raise self.fail(
+                f"the webhook endpoint at {where} failed the TLS handshake: {exc}",
+                "the agent's endpoint failed the TLS handshake (its certificate or TLS setup); its owner must fix it",
+            ) from None
         except client.TimedOut as exc:
-            raise self.fail(self.timed_out(exc), Failure.TIME_LIMIT) from None
+            raise self.fail(self.timed_out(exc), self.timed_out_public(exc), Failure.TIME_LIMIT) from None
         except client.TooLarge as exc:
             what = f"a line longer than {exc.limit} bytes" if exc.line else f"more than {exc.limit} bytes"
-            raise self.invalid(f"the webhook endpoint's answer is too large: {what}{self.so_far()}") from None
+            raise self.invalid(
+                f"the webhook endpoint's answer is too large: {what}{self.so_far()}", f"it is too large: {what}"
+            ) from None
         except client.Broken as exc:
-            raise self.fail(f"the webhook endpoint at {where} failed: {exc}{self.so_far()}") from None
+            raise self.fail(
+                f"the webhook endpoint at {where} failed: {exc}{self.so_far()}",
+                f"the agent's endpoint broke off its answer{self.so_far()}",
+            ) from None
         except client.SendError as exc:
-            raise self.fail(f"the request to the webhook endpoint at {where} failed: {exc}") from None
+            raise self.fail(
+                f"the request to the webhook endpoint at {where} failed: {exc}",
+                "the request to the agent's endpoint failed",
+            ) from None
 
     def so_far(self) -> str:
         return f" (after {self.applied} applied action{'s' if self.applied != 1 else ''})" if self.applied else ""
@@ -585,6 +618,12 @@ class _Run:
             f"{waiting}{self.so_far()}"
         )
 
+    def timed_out_public(self, exc: client.TimedOut) -> str:
+        if exc.which == "total":
+            return f"the agent did not finish within {self.plan.timeout:g} s{self.so_far()}"
+        waiting = "while streaming its answer" if exc.answered else "waiting for its answer"
+        return f"the agent's endpoint sent nothing for {self.plan.idle_timeout:g} s {waiting}{self.so_far()}"
+
     def answer(self, answer: client.Streamed) -> None:
         where, status = self.plan.endpoint, answer.status
         if not 200 <= status < 300:
@@ -593,18 +632,28 @@ class _Run:
             if status in RETRY_STATUSES:
                 retry_after = client.retry_after_seconds(answer.headers.get("retry-after"))
                 raise _Undelivered(
-                    f"the webhook endpoint at {where} answered HTTP {status}{said}", retry_after=retry_after
+                    f"the webhook endpoint at {where} answered HTTP {status}{said}",
+                    public=f"the agent's endpoint answered HTTP {status}",
+                    retry_after=retry_after,
                 )
             if 300 <= status < 400:
                 location = storable.brief(answer.headers.get("location", ""), 120)
                 raise self.fail(
                     f"the webhook endpoint at {where} answered HTTP {status}, a redirect (to {location}), which is "
-                    "not followed: set the agent's url to where it points"
+                    "not followed: set the agent's url to where it points",
+                    f"the agent's endpoint answered HTTP {status}, a redirect, which is not followed",
                 )
-            raise self.fail(f"the webhook endpoint at {where} answered HTTP {status}{said}")
+            hint = " (the agent's secret may not match its endpoint's)" if status in (401, 403) else ""
+            raise self.fail(
+                f"the webhook endpoint at {where} answered HTTP {status}{said}",
+                f"the agent's endpoint answered HTTP {status}{hint}",
+            )
         encoding = answer.headers.get("content-encoding", "").strip().lower()
         if encoding not in ("", "identity"):
-            raise self.invalid(f"the webhook endpoint's answer is compressed ({storable.brief(encoding)}), unasked")
+            raise self.invalid(
+                f"the webhook endpoint's answer is compressed ({storable.brief(encoding)}), unasked",
+                "it is compressed, unasked",
+            )
         content_type = answer.headers.get("content-type", "")
         media_type = content_type.split(";", 1)[0].strip().lower()
         if media_type == NDJSON:
@@ -615,7 +664,10 @@ class _Run:
             self.unsettled()
         else:
             shown = storable.brief(content_type) if content_type else "no Content-Type"
-            raise self.invalid(f"the webhook endpoint answered with {shown}, not {NDJSON} or {JSON}")
+            raise self.invalid(
+                f"the webhook endpoint answered with {shown}, not {NDJSON} or {JSON}",
+                f"its content type is not {NDJSON} or {JSON}",
+            )
 
     def stream(self, answer: client.Streamed) -> None:
         """NDJSON: each line applied the moment it arrives."""
@@ -627,10 +679,13 @@ class _Run:
                 action = parse_action(storable.loads(line))
             except storable.Malformed as exc:
                 raise self.invalid(
-                    f"the webhook endpoint's answer, {where}, is not valid JSON: {_json_problem(exc)}"
+                    f"the webhook endpoint's answer, {where}, is not valid JSON: {_json_problem(exc)}",
+                    f"{where} is not valid JSON",
                 ) from None
             except ActionError as exc:
-                raise self.invalid(f"the webhook endpoint's answer, {where}: {exc}") from None
+                raise self.invalid(
+                    f"the webhook endpoint's answer, {where}: {exc}", f"{where} is not a valid action"
+                ) from None
             self.apply(action, where)
             if action.settles:
                 return
@@ -641,20 +696,25 @@ class _Run:
         try:
             value = storable.loads(answer.read())
         except storable.Malformed as exc:
-            raise self.invalid(f"the webhook endpoint's answer is not valid JSON: {exc}") from None
+            raise self.invalid(
+                f"the webhook endpoint's answer is not valid JSON: {exc}", "it is not valid JSON"
+            ) from None
         if isinstance(value, dict) and set(value) == {"actions"}:
             value = value["actions"]
         if not isinstance(value, list):
             raise self.invalid(
                 'the webhook endpoint\'s JSON answer must be a list of actions or {"actions": [...]}, '
-                f"not {_json_type(value)}" + (f" with the members {storable.brief(sorted(value))}" if value else "")
+                f"not {_json_type(value)}" + (f" with the members {storable.brief(sorted(value))}" if value else ""),
+                "its JSON answer is not a list of actions",
             )
         actions = []
         for number, item in enumerate(value, start=1):
             try:
                 actions.append(parse_action(item))
             except ActionError as exc:
-                raise self.invalid(f"the webhook endpoint's answer, action {number}: {exc}") from None
+                raise self.invalid(
+                    f"the webhook endpoint's answer, action {number}: {exc}", f"action {number} is not a valid action"
+                ) from None
         for number, action in enumerate(actions, start=1):
             self.apply(action, f"action {number}")
             if action.settles:
@@ -669,17 +729,27 @@ class _Run:
         self.unsettled()
 
     def apply(self, action: Action, where: str) -> None:
+        if action.type in (INPUT_REQUIRED, AUTH_REQUIRED) and STATE_KEY not in self.ctx.state:
+            # The task will wait with no request open: should it be canceled then, the endpoint
+            # is sent a cancel notice (canceled_while_idle), which needs what the state keeps.
+            # Once per task, before the wait begins (a run may save state only while it holds it).
+            self.ctx.state[STATE_KEY] = {"taskId": self.ctx.task_id, "contextId": self.ctx.context_id}
+            self.ctx.save_state()
         try:
             apply(self.ctx, action)
         except (InvalidTransition, storable.Refused) as exc:
             raise self.invalid(
-                f"the webhook endpoint's answer, {where} ({action.type}), could not be applied: {exc}"
+                f"the webhook endpoint's answer, {where} ({action.type}), could not be applied: {exc}",
+                f"{where} ({action.type}) could not be applied to the task",
             ) from None
         self.applied += 1
 
     def unsettled(self) -> None:
         count = f"{self.applied} action{'s' if self.applied != 1 else ''}"
-        raise self.invalid(f"the webhook endpoint's answer ended after {count} without settling the task ({_SETTLERS})")
+        raise self.invalid(
+            f"the webhook endpoint's answer ended after {count} without settling the task ({_SETTLERS})",
+            f"it ended after {count} without settling the task ({_SETTLERS})",
+        )
 
 
 class WebhookExecutor(Executor):
@@ -720,3 +790,92 @@ class WebhookExecutor(Executor):
     def execute(self, ctx: AgentContext) -> None:
         plan = Plan.of(ctx.settings)
         _Run(ctx, plan, signing_key(ctx.secret)).go()
+
+    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
+        """The task was canceled while it waited (no request open): the endpoint, which asked
+        for input and may hold something for the task, is sent a signed cancel notice."""
+        known = state.get(STATE_KEY)
+        if not isinstance(known, dict) or not known.get("taskId"):
+            return "the endpoint never left the task waiting: nothing to tell it"
+        return send_cancel_notice(
+            Plan.of(settings),
+            signing_key(secret),
+            task_id=str(known["taskId"]),
+            context_id=str(known.get("contextId", "")),
+        )
+
+
+# --- the cancel notice -------------------------------------------------------------------
+
+CANCEL_NOTICE_TYPE = "agentserver.task.canceled.v1"
+STATE_KEY = "webhook"  # in the task's executor state: the ids a cancel notice names
+NOTICE_ANSWER_MAX_BYTES = 1024  # of the endpoint's answer to a notice, read and ignored
+
+
+def cancel_notice_id(task_id: str) -> str:
+    """The notice's webhook-id: one per task, the same at every attempt and every repeat of
+    the job that sends it, so that the endpoint's deduplication sees one notice."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"agentserver:{CANCEL_NOTICE_TYPE}:{task_id}"))
+
+
+def cancel_notice_body(*, task_id: str, context_id: str, at: datetime | None = None) -> bytes:
+    at = at or datetime.now(UTC)
+    return orjson.dumps(
+        {
+            "type": CANCEL_NOTICE_TYPE,
+            "taskId": task_id,
+            "contextId": context_id,
+            "timestamp": at.isoformat().replace("+00:00", "Z"),
+        }
+    )
+
+
+def send_cancel_notice(plan: Plan, key: bytes, *, task_id: str, context_id: str) -> str:
+    """POST the notice, signed as a run's request, retried as one (the agent's `retries`, the
+    server's backoff, all within the agent's `timeout`); what became of it, for the log.
+    Nothing the endpoint answers changes the task: it is canceled whatever happens here."""
+    body = cancel_notice_body(task_id=task_id, context_id=context_id)
+    msg_id = cancel_notice_id(task_id)
+    deadline = time.monotonic() + plan.timeout
+    attempts = plan.retries + 1
+    outcome = ""
+    for attempt in range(1, attempts + 1):
+        retry_after = None
+        try:
+            destination = ssrf.check(plan.url)
+        except ssrf.Refused as exc:
+            return f"not sent: the webhook url is refused: {exc}"
+        except ssrf.Unresolved as exc:
+            outcome = f"the endpoint could not be reached: {exc}"
+        else:
+            assert destination is not None
+            try:
+                answer = client.post(
+                    destination,
+                    body=body,
+                    headers=signed_headers(key, msg_id=msg_id, body=body),
+                    timeout=max(min(plan.idle_timeout, deadline - time.monotonic()), 0.001),
+                    max_body=NOTICE_ANSWER_MAX_BYTES,
+                )
+            except client.SendError as exc:
+                outcome = f"the endpoint could not be reached: {exc}"
+            else:
+                if 200 <= answer.status < 300:
+                    return f"the endpoint took the cancel notice (HTTP {answer.status}, attempt {attempt})"
+                outcome = f"the endpoint answered HTTP {answer.status}"
+                if answer.status not in RETRY_STATUSES:
+                    return f"{outcome} to the cancel notice (not retried)"
+                retry_after = client.retry_after_seconds(answer.headers.get("retry-after"))
+        log.info("task %s: cancel notice attempt %d of %d: %s", task_id, attempt, attempts, outcome)
+        if attempt == attempts:
+            break
+        wait = client.backoff(
+            attempt,
+            base=settings.WEBHOOK_RETRY_BACKOFF,
+            retry_after=retry_after,
+            retry_after_max=settings.WEBHOOK_RETRY_AFTER_MAX,
+        )
+        if time.monotonic() + wait >= deadline:
+            return f"{outcome} (attempt {attempt} of {attempts}; no time left within the agent's timeout)"
+        _sleep(wait)
+    return f"{outcome} ({attempts} attempts)"

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ...errors import TaskClosed
 from ...lifecycle import TaskState
-from ..base import AgentContext, Executor, Misconfigured
+from ..base import AgentContext, AgentFailure, Executor, Misconfigured
 from . import config
 from .convert import user_message
 from .session import Ended, Session, cancel_task
@@ -139,6 +139,8 @@ def _perform(ctx: AgentContext, action: Action) -> None:
     elif isinstance(action, Reply):
         ctx.reply(action.parts, metadata=action.metadata or None)
     elif isinstance(action, Failed):
+        # The exchange failed (not the upstream's verdict, which is a Status): the admin gets
+        # the reason, our client the public text.
         if action.misconfigured:
-            raise Misconfigured(action.reason)
-        ctx.fail(action.reason)
+            raise Misconfigured(action.reason, public=action.public)
+        raise AgentFailure(action.reason, failure=action.failure, public=action.public)

@@ -44,6 +44,7 @@ from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP, A2AError
 
 from outbound import transport
 
+from ...lifecycle import Failure
 from . import card as cards
 from .config import UpstreamConfig
 from .translate import Action, Failed, Memory, Translator
@@ -67,10 +68,22 @@ END = Ended()
 
 
 class UpstreamFailure(Exception):
-    def __init__(self, reason: str, *, misconfigured: bool = False) -> None:
+    """`reason` for the admin; `public` for our task's client (no URL, no exception text)."""
+
+    def __init__(
+        self, reason: str, *, public: str, misconfigured: bool = False, failure: str = Failure.AGENT_ERROR
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.public = public
         self.misconfigured = misconfigured
+        self.failure = failure
+
+
+# What our task's client reads when the upstream's card cannot be used.
+CARD_PUBLIC = (
+    "the agent is misconfigured: its upstream agent's card could not be fetched or used; its owner must correct it"
+)
 
 
 class _Stopped(Exception):
@@ -206,7 +219,12 @@ class Session:
             asyncio.run(self._main())
         except BaseException as exc:  # noqa: BLE001 - whatever happens, the executor must hear of it
             log.exception("task %s: the upstream session broke", self.task_id)
-            self._put(Failed(f"the exchange with the upstream agent broke ({type(exc).__name__})"))
+            self._put(
+                Failed(
+                    f"the exchange with the upstream agent broke ({type(exc).__name__})",
+                    public="the exchange with the upstream agent broke",
+                )
+            )
         finally:
             self._end()
 
@@ -228,12 +246,12 @@ class Session:
         try:
             card = await cards.fetch(config.card_url, timeout=config.timeout, headers=config.auth)
         except cards.CardProblem as exc:
-            self._put(Failed(str(exc), misconfigured=True))
+            self._put(Failed(str(exc), misconfigured=True, public=CARD_PUBLIC))
             return
         try:
             chosen = cards.choose(card, config.protocol)
         except cards.CardProblem as exc:
-            self._put(Failed(f"the upstream's card at {config.card_url} {exc}", misconfigured=True))
+            self._put(Failed(f"the upstream's card at {config.card_url} {exc}", misconfigured=True, public=CARD_PUBLIC))
             return
         streaming = config.streaming and chosen.streams
         async with transport.guarded_client(
@@ -269,7 +287,9 @@ class Session:
         except UpstreamFailure as exc:
             # Our task fails; an upstream task left behind would work on for no one.
             self._abandoned = True
-            self._put(Failed(_clip(exc.reason), misconfigured=exc.misconfigured))
+            self._put(
+                Failed(_clip(exc.reason), misconfigured=exc.misconfigured, public=exc.public, failure=exc.failure)
+            )
 
     def _on_release(self) -> None:
         if self._wake is not None:
@@ -326,7 +346,8 @@ class Session:
                 self._fail(exc)
             log.info("task %s: the upstream's stream dropped (%s)", self.task_id, self._describe(exc))
         if not self.translator.seen_any:
-            raise UpstreamFailure("the upstream agent ended the exchange without an answer")
+            said = "the upstream agent ended the exchange without an answer"
+            raise UpstreamFailure(said, public=said)
         if self.translator.settled:
             return
         if streaming:
@@ -387,7 +408,41 @@ class Session:
     # --- reasons -----------------------------------------------------------------------------
 
     def _fail(self, exc: BaseException) -> NoReturn:
-        raise UpstreamFailure(self._describe(exc), misconfigured=_cause(exc, transport.Refused) is not None)
+        public, failure = self._public(exc)
+        raise UpstreamFailure(
+            self._describe(exc),
+            public=public,
+            failure=failure,
+            misconfigured=_cause(exc, transport.Refused) is not None,
+        )
+
+    def _public(self, exc: BaseException) -> tuple[str, str]:
+        """What our task's client reads, and the failure's kind: what went wrong, never the
+        upstream's address, its words or an exception's text (those are `_describe`'s). Not
+        `invalid-response`, whose reason a blocking send answers with (InvalidAgentResponse)."""
+        if _cause(exc, transport.Refused) is not None:
+            return (
+                "the agent is misconfigured: its upstream agent's address is not allowed on this server; "
+                "its owner must correct it",
+                Failure.MISCONFIGURED,
+            )
+        if _cause(exc, transport.TooLarge) is not None:
+            return "the upstream agent's answer is larger than this server reads", Failure.AGENT_ERROR
+        if isinstance(exc, A2AClientTimeoutError) or _cause(exc, httpx.TimeoutException) is not None:
+            return f"the upstream agent did not answer within {self.config.timeout:g} s", Failure.TIME_LIMIT
+        status = _cause(exc, httpx.HTTPStatusError)
+        if isinstance(status, httpx.HTTPStatusError):
+            code = status.response.status_code
+            hint = " (the agent's secret may not match the upstream's)" if code in (401, 403) else ""
+            return f"the upstream agent answered HTTP {code}{hint}", Failure.AGENT_ERROR
+        if _cause(exc, httpx.TransportError) is not None:
+            return "the upstream agent could not be reached", Failure.AGENT_ERROR
+        rpc_code = JSON_RPC_ERROR_CODE_MAP.get(type(exc)) if isinstance(exc, A2AError) else None
+        if rpc_code is not None:
+            return f"the upstream agent answered with error {rpc_code}", Failure.AGENT_ERROR
+        if isinstance(exc, A2AError):
+            return "the upstream agent answered with an error", Failure.AGENT_ERROR
+        return "the upstream agent's answer could not be read", Failure.AGENT_ERROR
 
     def _describe(self, exc: BaseException) -> str:
         refused = _cause(exc, transport.Refused)

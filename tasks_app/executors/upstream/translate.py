@@ -17,7 +17,7 @@ from a2a.types import Artifact, StreamResponse, Task, TaskArtifactUpdateEvent, T
 from a2a.types import TaskState as Upstream
 
 from ... import parts as P
-from ...lifecycle import TaskState
+from ...lifecycle import Failure, TaskState
 from .convert import from_upstream_parts, metadata_of
 
 TERMINAL = frozenset(
@@ -112,8 +112,10 @@ class Reply:
 class Failed:
     """The exchange with the upstream failed; `misconfigured`: because of how the agent is set up."""
 
-    reason: str
+    reason: str  # the admin's (it may name the upstream's URL and its words)
     misconfigured: bool = False
+    public: str = ""  # the task's client's (no URL, no exception text); empty: the failure's default
+    failure: str = Failure.AGENT_ERROR
 
 
 Action = Remember | Status | Chunk | Reply | Failed
