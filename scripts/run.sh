@@ -233,6 +233,8 @@ done
   echo "  API key (header $KEY_HEADER): $API_KEY"
   echo
   echo "  Directory: $BASE/registry/   API: $BASE/api/registry/agents/   schema: $BASE/api/schema/"
+  echo "  Tenant API: $BASE/api/v1/tenants/${TENANT:-<tenant>}/ with a management key (manage.py create_api_key ${TENANT:-<tenant>} --management-role owner; docs/api.md)"
+  echo "  API docs page: $BASE/api/docs/"
   echo
   echo "  Try:"
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"

@@ -1,8 +1,9 @@
 """The tenant API's paths, included under /api/v1/ by agentserver.urls."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from . import views, views_tasks
+from .errors import not_found
 
 app_name = "tenant-api"
 
@@ -23,4 +24,6 @@ urlpatterns = [
     path(f"{T}deliveries/", views_tasks.DeliveriesView.as_view(), name="deliveries"),
     path(f"{T}deliveries/<int:pk>/", views_tasks.DeliveryView.as_view(), name="delivery"),
     path(f"{T}deliveries/<int:pk>/retry/", views_tasks.DeliveryRetryView.as_view(), name="delivery-retry"),
+    # Anything else under /api/v1/ (a path segment with a newline too): a 404 in JSON.
+    re_path(r"^(?P<path>(?s:.*))$", not_found),
 ]

@@ -20,6 +20,9 @@ A2A 0.3's methods from 0.3's JSON schema, sent without A2A-Version as 0.3 client
 - `HOSTILE_REPORT=<file>`: the counts per (HTTP status, JSON-RPC code or ErrorInfo reason) go
   there as markdown.
 
+The tenant API's write routes get their hostile bodies in tests/test_hostile_tenant_api.py
+(from this module's values and body breakers).
+
 No request leaves this machine: in-process the SSRF guard's resolver is faked (`dns`) and
 push jobs are only recorded (`push_jobs`); live, push URLs are loopback literals outside the
 allow-list and every body naming any other host is filtered out (`hostile.foreign_url`).

@@ -7,7 +7,8 @@ the id, same number of queries), so nothing tells a caller that someone else's t
 
 Anonymous callers are not one principal that can list: each anonymous task is reachable by
 whoever holds its id (an unguessable UUID), and ListTasks shows an anonymous caller nothing.
-Later endpoints add their rows to `OPERATIONS`.
+Later endpoints add their rows to `OPERATIONS`. The tenant API's matrix (/api/v1/, every route)
+is tests/test_isolation_tenant_api.py's, beside this one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,123 @@
+"""Nothing a caller sends to a write route of the tenant API is an internal error, and nothing a
+refusal answers changes anything stored: malformed JSON, wrong types, huge bodies, odd Unicode
+(tests/hostile.py's values and body breakers), on every route that takes a body. Refusals are
+400 with `detail` (and `errors` naming the field, for a body that parsed), or 413; values it
+takes are read back as they were sent."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+from tests import hostile
+from tests.tenant_api_world import API, Side, build, routes
+from tests.test_isolation_tenant_api import stored
+
+# The routes that take a body, with a body they take.
+WRITES = {
+    (method, path.replace("/ta/", "/{t}/")): body
+    for method, path, _, body in routes(Side("ta", {}, "TASK", 0, 0, "PREFIX"))
+    if body is not None
+}
+
+
+@pytest.fixture
+def world(db, client, django_user_model):
+    return build(client, django_user_model)
+
+
+def target(world, method: str, path: str) -> str:
+    return path.replace("{t}", "ta").replace("TASK", world.a.task_id).replace("PREFIX", world.a.key_prefix)
+
+
+def send(client, world, method: str, path: str, raw: bytes):
+    response = client.generic(
+        method, target(world, method, path), raw, "application/json", HTTP_X_API_KEY=world.a.keys["owner"]
+    )
+    return response.status_code, response.content
+
+
+def check(status: int, content: bytes, before: tuple) -> dict:
+    assert status < 500, content[:500]
+    body = orjson.loads(content) if content else {}
+    if status >= 400:
+        assert isinstance(body.get("detail"), str) and body["detail"], body
+        assert stored() == before, "a refusal changed what is stored"
+    return body
+
+
+ROUTES = sorted(WRITES)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+@pytest.mark.parametrize("wrong", [[], {"x": 1}, True, None], ids=["list", "object", "bool", "null"])
+def test_a_value_of_the_wrong_type_is_400_naming_the_field_and_changes_nothing(client, world, route, wrong):
+    method, path = route
+    for field in WRITES[route]:
+        before = stored()
+        body = {**WRITES[route], field: wrong}
+        status, content = send(client, world, method, path, orjson.dumps(body))
+        answer = check(status, content, before)
+        assert status == 400, (field, answer)
+        assert field in answer["errors"], (field, answer)
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+def test_a_huge_body_is_413_and_not_read(client, world, route):
+    method, path = route
+    before = stored()
+    huge = orjson.dumps({**WRITES[route], "padding": "x" * (70 * 1024)})
+    status, content = send(client, world, method, path, huge)
+    # The retry takes no body: it is not read at all, and the route answers as it would.
+    if path.endswith("/retry/"):
+        assert status == 200
+        return
+    check(status, content, before)
+    assert status == 413
+
+
+@pytest.mark.parametrize("route", ROUTES, ids=[f"{m} {p}" for m, p in ROUTES])
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(data=st.data())
+def test_hostile_values_and_broken_bodies_are_refused_cleanly_or_taken_as_sent(client, world, route, data):
+    # One world for every example of a route (the examples run in the test's one transaction).
+    method, path = route
+    template = WRITES[route]
+    before = stored()
+    choice = data.draw(st.sampled_from(["value", "breaker", "anything"]))
+    if choice == "value":
+        field = data.draw(st.sampled_from([*template, "unknown_member"]))
+        value = data.draw(hostile.HOSTILE_VALUES)
+        raw = hostile.encode({**template, field: value}, ascii_only=data.draw(st.booleans())).encode(
+            "utf-8", "surrogatepass"
+        )
+    elif choice == "breaker":
+        name, breaker = data.draw(hostile.BODY_BREAKERS)
+        note(name)
+        raw = breaker(orjson.dumps(template))
+    else:
+        raw = hostile.encode(data.draw(hostile.json_values())).encode("utf-8", "surrogatepass")
+    note(raw[:300])
+    status, content = send(client, world, method, path, raw)
+    check(status, content, before)
+
+
+ODD = ["\u202eevil\u202c", "\U0001f600" * 3, "\u200f", "\ufeffname", "a\u2028b", "é" * 150, "\\\"'", "名前"]
+
+
+@pytest.mark.parametrize("text", ODD)
+def test_odd_unicode_a_tenant_s_name_takes_is_read_back_as_sent(client, world, text):
+    status, content = send(client, world, "PATCH", "/api/v1/tenants/{t}/", orjson.dumps({"name": text}))
+    assert status == 200, content
+    body = orjson.loads(client.get(f"{API}/ta/", HTTP_X_API_KEY=world.a.keys["viewer"]).content)
+    assert body["name"] == text.strip()
+
+
+@pytest.mark.parametrize("raw", [b'{"name": "a\\u0000b"}', b'{"name": "\\ud800"}', b'{"name": "x\\udfff"}'])
+def test_text_postgres_cannot_store_is_refused_before_anything_is_stored(client, world, raw):
+    before = stored()
+    status, content = send(client, world, "PATCH", "/api/v1/tenants/{t}/", raw)
+    check(status, content, before)
+    assert status == 400 and "not usable JSON" in orjson.loads(content)["detail"]

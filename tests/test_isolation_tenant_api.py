@@ -1,0 +1,157 @@
+"""The isolation matrix of the tenant API (tests/test_isolation.py's, for /api/v1/): a caller of
+tenant B (an owner's management key, or a token of B's issuer with the owner's role) gets, on
+every route of tenant A, exactly the answer for a tenant that does not exist; on its own
+tenant's routes, another tenant's object (a task, a key, a push config, a delivery, a member)
+is exactly an object that does not exist; a key without a management role is 403 everywhere,
+its own tenant's routes and others' alike. Nothing a refusal answers changes anything."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from accounts.models import ApiKey, Membership, OidcIssuer
+from push.models import PushConfig, PushDelivery
+from tasks_app.models import Task
+from tests.oidc_issuer import AUDIENCE, Issuer, token
+from tests.tenant_api_world import API, ROUTE_COUNT, Side, api, build, routes
+
+
+@pytest.fixture
+def world(db, client, django_user_model):
+    return build(client, django_user_model)
+
+
+def stored() -> tuple:
+    """What the tenant API could change, in full."""
+    return (
+        sorted(Membership.objects.values_list("tenant_id", "user_id", "role")),
+        sorted(ApiKey.objects.values_list("prefix", "revoked_at", "management_role")),
+        sorted(OidcIssuer.objects.values_list("tenant_id", "issuer", "jwks_url", "role_claim")),
+        sorted(Task.objects.values_list("id", "state")),
+        sorted(PushConfig.objects.values_list("pk", "deleted_at")),
+        sorted(PushDelivery.objects.values_list("pk", "state", "attempts")),
+        sorted((str(a.tenant_id), a.slug, a.description, a.is_active) for a in _agents()),
+    )
+
+
+def _agents():
+    from accounts.models import Agent
+
+    return Agent.objects.all()
+
+
+def nowhere(side: Side) -> Side:
+    """The same routes on a tenant that does not exist."""
+    return Side("no-such-tenant", side.keys, side.task_id, side.config_pk, side.delivery_pk, side.key_prefix)
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_another_tenant_s_key_gets_exactly_the_answer_for_no_tenant_on_every_route(client, world, index):
+    before = stored()
+    method, theirs, _, body = routes(world.a)[index]
+    _, absent, _, _ = routes(nowhere(world.a))[index]
+    for role in ("owner", "viewer"):
+        key = world.b.keys[role]
+        api(client, "GET", f"{API}/tb/", key)  # its last use recorded now, not in one of the two below
+        with CaptureQueriesContext(connection) as seen_theirs:
+            answer_theirs = api(client, method, theirs, key, body)
+        with CaptureQueriesContext(connection) as seen_absent:
+            answer_absent = api(client, method, absent, key, body)
+        assert answer_theirs == answer_absent == (404, {"detail": "no tenant with this slug (or not one you manage)"})
+        assert len(seen_theirs) == len(seen_absent)
+    assert stored() == before
+
+
+# Routes naming an object by an id of its own, and a stand-in id no object has.
+BY_ID = {
+    "tasks/{id}/": lambda s: (f"tasks/{s.task_id}/", f"tasks/{uuid.uuid4()}/"),
+    "tasks/{id}/cancel/": lambda s: (f"tasks/{s.task_id}/cancel/", f"tasks/{uuid.uuid4()}/cancel/"),
+    "keys/{prefix}/": lambda s: (f"keys/{s.key_prefix}/", "keys/0123456789ab/"),
+    "push-configs/{id}/": lambda s: (f"push-configs/{s.config_pk}/", "push-configs/999999/"),
+    "deliveries/{id}/": lambda s: (f"deliveries/{s.delivery_pk}/", "deliveries/999999/"),
+    "deliveries/{id}/retry/": lambda s: (f"deliveries/{s.delivery_pk}/retry/", "deliveries/999999/retry/"),
+    "members/{username}/": lambda s: ("members/vera/", "members/nobody-at-all/"),
+}
+METHODS = {
+    "tasks/{id}/": ["GET"],
+    "tasks/{id}/cancel/": ["POST"],
+    "keys/{prefix}/": ["GET", "DELETE"],
+    "push-configs/{id}/": ["GET", "DELETE"],
+    "deliveries/{id}/": ["GET"],
+    "deliveries/{id}/retry/": ["POST"],
+    "members/{username}/": ["GET", "PATCH", "DELETE"],
+}
+
+
+@pytest.mark.parametrize("route", list(BY_ID))
+def test_another_tenant_s_object_on_one_s_own_routes_is_exactly_an_object_that_does_not_exist(client, world, route):
+    before = stored()
+    theirs, absent = BY_ID[route](world.a)  # A's objects, and ids no object has ...
+    for method in METHODS[route]:
+        body = {"role": "owner"} if method == "PATCH" else None
+        # ... asked for under B's own URL, by B's owner.
+        answer_theirs = api(client, method, f"{API}/tb/{theirs}", world.b.keys["owner"], body)
+        answer_absent = api(client, method, f"{API}/tb/{absent}", world.b.keys["owner"], body)
+        assert answer_theirs[0] == answer_absent[0] == 404, (method, route, answer_theirs)
+        assert answer_theirs == answer_absent
+    # Filters naming A's task list nothing of A's under B.
+    for path in (
+        f"tasks/?q={world.a.task_id}",
+        f"push-configs/?task={world.a.task_id}",
+        f"deliveries/?task={world.a.task_id}",
+    ):
+        status, body = api(client, "GET", f"{API}/tb/{path}", world.b.keys["owner"])
+        assert (status, body["results"]) == (200, [])
+    assert stored() == before
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_a_key_without_a_management_role_is_403_on_its_own_tenant_s_routes_and_others_alike(client, world, index):
+    before = stored()
+    method, mine, _, body = routes(world.b)[index]
+    _, theirs, _, _ = routes(world.a)[index]
+    answers = [api(client, method, path, world.b.keys[""], body) for path in (mine, theirs)]
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 403 and "no management role" in answers[0][1]["detail"]
+    assert stored() == before
+
+
+@pytest.fixture
+def b_issuer(settings, world):
+    """Tenant B's issuer, a real one on a loopback address, with a role claim."""
+    from accounts.services import oidc_issuer_set
+
+    settings.OUTBOUND_ALLOW_NETS = ["127.0.0.1/32"]
+    server = Issuer()
+    iss = "https://login.example.test/b"
+    oidc_issuer_set(
+        tenant=world.b.objects["tenant"], issuer=iss, audience=AUDIENCE, jwks_url=server.url, role_claim="role"
+    )
+    yield iss
+    server.stop()
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_another_tenant_s_bearer_token_gets_exactly_the_answer_for_no_tenant_on_every_route(
+    client, world, b_issuer, index
+):
+    before = stored()
+    method, theirs, _, body = routes(world.a)[index]
+    _, absent, _, _ = routes(nowhere(world.a))[index]
+    _, mine, _, _ = routes(world.b)[index]
+    bearer = {"HTTP_AUTHORIZATION": f"Bearer {token(iss=b_issuer, sub='carol', role='viewer')}"}
+
+    def call(path: str) -> tuple[int, bytes]:
+        response = client.generic(method, path, b"{}" if method != "GET" else b"", "application/json", **bearer)
+        return response.status_code, response.content
+
+    assert call(theirs) == call(absent)
+    assert call(theirs)[0] == 404
+    # The same token is B's caller on B's routes (a viewer: reads pass, writes are 403).
+    readable = 404 if mine.endswith("/members/vera/") else 200  # vera is a member of A only
+    assert call(mine)[0] == (readable if method == "GET" else 403)
+    assert stored() == before

@@ -1,0 +1,465 @@
+"""The tenant API (/api/v1/, tenant_api/): every route for every role, what each resource does,
+secrets never echoed, the key shown once, and the credentials it takes (management keys, an
+issuer's tokens with a role claim). The 404-for-foreign rule is tests/test_isolation_tenant_api.py's,
+hostile bodies tests/test_hostile_tenant_api.py's, the live flow tests/test_tenant_api_live.py's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from accounts.models import ApiKey, Membership, OidcIssuer
+from accounts.services import AccountError, agent_secret_generate, api_key_create, management_role_check
+from push.models import DeliveryState, PushConfig, PushDelivery
+from tasks_app.models import Task
+from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
+from tests.tenant_api_world import API, ROUTE_COUNT, api, build, routes
+
+ROLES = ["viewer", "operator", "owner"]
+RANK = {role: n for n, role in enumerate(ROLES)}
+
+
+@pytest.fixture
+def world(db, client, django_user_model):
+    return build(client, django_user_model)
+
+
+def owner(world) -> str:
+    return world.a.keys["owner"]
+
+
+# --- roles ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_each_route_lets_in_the_roles_the_admin_gives_and_refuses_the_others_with_403(client, world, index):
+    method, path, least, body = routes(world.a)[index]
+    # Lower roles first: a refusal must change nothing, so the allowed role still finds it all.
+    for role in ROLES:
+        status, answer = api(client, method, path, world.a.keys[role], body)
+        if RANK[role] < RANK[least]:
+            assert status == 403, (role, method, path, answer)
+            assert answer["detail"] == f"this needs the {least} role; you have {role}"
+        else:
+            assert status in (200, 201, 204), (role, method, path, answer)
+            break
+
+
+def test_the_route_table_covers_every_operation_the_schema_documents(client, world):
+    schema = orjson.loads(client.get("/api/schema/?format=json").content)
+    documented = {
+        (method.upper(), path)
+        for path, operations in schema["paths"].items()
+        if path.startswith("/api/v1/")
+        for method in operations
+        if method in ("get", "post", "put", "patch", "delete")
+    }
+    side = world.a
+    listed = {
+        (
+            method,
+            path.replace(f"/{side.slug}/", "/{slug}/")
+            .replace(side.task_id, "{task_id}")
+            .replace(f"/{side.key_prefix}/", "/{prefix}/")
+            .replace("/members/vera/", "/members/{username}/")
+            .replace("/agents/echo/", "/agents/{agent}/")
+            .replace(f"/push-configs/{side.config_pk}/", "/push-configs/{id}/")
+            .replace(f"/deliveries/{side.delivery_pk}/", "/deliveries/{id}/"),
+        )
+        for method, path, _, _ in routes(side)
+    }
+    assert listed == documented
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_a_key_without_a_management_role_is_refused_everywhere_with_a_clear_403(client, world, index):
+    method, path, _, body = routes(world.a)[index]
+    status, answer = api(client, method, path, world.a.keys[""], body)
+    assert status == 403
+    assert "no management role" in answer["detail"] and "--management-role" in answer["detail"]
+
+
+def test_no_credential_is_401_with_the_schemes_it_takes(client, world):
+    response = client.get(f"{API}/ta/")
+    assert response.status_code == 401
+    assert 'ApiKey header="X-API-Key"' in response["WWW-Authenticate"]
+    assert "Bearer" in response["WWW-Authenticate"]
+    assert orjson.loads(response.content)["detail"].startswith("send a management API key")
+
+
+def test_a_revoked_or_expired_management_key_is_refused_with_401(client, world):
+    tenant = world.a.objects["tenant"]
+    key, revoked = api_key_create(tenant=tenant, name="old", management_role="owner")
+    api(client, "DELETE", f"{API}/ta/keys/{key.prefix}/", owner(world))
+    expired_key, expired = api_key_create(tenant=tenant, name="exp", management_role="owner")
+    ApiKey.objects.filter(pk=expired_key.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    for presented in (revoked, expired, "ask_000000000000_nope"):
+        status, answer = api(client, "GET", f"{API}/ta/", presented)
+        assert status == 401
+        assert answer == {"detail": "the API key is not valid (unknown, revoked or expired)"}
+
+
+def test_the_key_is_taken_as_a_bearer_token_too(client, world):
+    response = client.get(f"{API}/ta/", headers={"Authorization": f"Bearer {world.a.keys['viewer']}"})
+    assert response.status_code == 200
+    assert orjson.loads(response.content)["your_role"] == "viewer"
+
+
+# --- the tenant and its members -------------------------------------------------------------
+
+
+def test_an_owner_renames_the_tenant_and_a_blank_name_is_refused(client, world):
+    status, body = api(client, "PATCH", f"{API}/ta/", owner(world), {"name": "  Globex  "})
+    assert (status, body["name"], body["slug"]) == (200, "Globex", "ta")
+    status, body = api(client, "PATCH", f"{API}/ta/", owner(world), {"name": "   "})
+    assert status == 400 and "name" in body["errors"]
+    world.a.objects["tenant"].refresh_from_db()
+    assert world.a.objects["tenant"].name == "Globex"
+
+
+def test_members_are_added_by_username_changed_and_removed(client, world):
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "bob", "role": "operator"})
+    assert (status, body["username"], body["role"]) == (201, "bob", "operator")
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "bob", "role": "viewer"})
+    assert status == 400 and "already a member" in body["errors"]["username"][0]
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "nobody", "role": "viewer"})
+    assert status == 400 and body["errors"] == {"username": ["no user has this username"]}
+    status, body = api(client, "PATCH", f"{API}/ta/members/bob/", owner(world), {"role": "owner"})
+    assert (status, body["role"]) == (200, "owner")
+    status, _ = api(client, "DELETE", f"{API}/ta/members/bob/", owner(world))
+    assert status == 204
+    assert not Membership.objects.filter(tenant__slug="ta", user__username="bob").exists()
+
+
+def test_the_last_owner_stays(client, world):
+    status, body = api(client, "PATCH", f"{API}/ta/members/alice/", owner(world), {"role": "viewer"})
+    assert status == 400 and "last owner" in body["errors"]["role"][0]
+    status, body = api(client, "DELETE", f"{API}/ta/members/alice/", owner(world))
+    assert status == 409 and "last owner" in body["detail"]
+    assert Membership.objects.get(tenant__slug="ta", user__username="alice").role == "owner"
+
+
+# --- API keys -------------------------------------------------------------------------------
+
+
+def test_a_new_key_is_shown_once_works_for_its_agents_and_is_never_shown_again(client, world):
+    status, made = api(
+        client, "POST", f"{API}/ta/keys/", owner(world), {"name": "ci", "principal": "ci-bot", "agents": ["echo"]}
+    )
+    assert status == 201
+    secret = made["key"]
+    assert secret.startswith(f"ask_{made['prefix']}_") and made["agents"] == ["echo"]
+    assert made["principal"] == "ci-bot" and made["management_role"] == ""
+    # The key it made calls the agent.
+    send = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": world.a.task_id}}
+    response = client.post(
+        "/agents/ta/echo/",
+        data=orjson.dumps(send),
+        content_type="application/json",
+        headers={"X-API-Key": secret, "A2A-Version": "1.0"},
+    )
+    assert response.status_code == 200
+    # Never again: not in the list, not in the key's own page.
+    for path in (f"{API}/ta/keys/", f"{API}/ta/keys/{made['prefix']}/"):
+        status, body = api(client, "GET", path, owner(world))
+        assert status == 200
+        assert secret not in orjson.dumps(body).decode()
+        assert secret.rsplit("_", 1)[1] not in orjson.dumps(body).decode()
+    assert ApiKey.objects.get(prefix=made["prefix"]).key_hash != secret
+
+
+def test_a_key_made_through_the_api_holds_at_most_its_maker_s_role():
+    assert management_role_check("operator", at_most="owner") == "operator"
+    assert management_role_check("", at_most="viewer") == ""
+    with pytest.raises(AccountError, match="at most your own role"):
+        management_role_check("owner", at_most="operator")
+    with pytest.raises(AccountError, match="no role"):
+        management_role_check("admin")
+
+
+def test_an_owner_makes_a_management_key_that_manages_with_its_role(client, world):
+    status, made = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "ops", "management_role": "operator"})
+    assert status == 201 and made["management_role"] == "operator"
+    status, body = api(client, "GET", f"{API}/ta/", made["key"])
+    assert (status, body["your_role"]) == (200, "operator")
+    status, _ = api(client, "PATCH", f"{API}/ta/", made["key"], {"name": "no"})
+    assert status == 403
+
+
+def test_a_revoked_key_calls_no_agent_and_stays_listed_as_revoked(client, world):
+    status, body = api(client, "DELETE", f"{API}/ta/keys/{world.a.key_prefix}/", owner(world))
+    assert status == 200 and body["revoked_at"]
+    status, listed = api(client, "GET", f"{API}/ta/keys/", owner(world))
+    assert any(k["prefix"] == world.a.key_prefix and k["revoked_at"] for k in listed["results"])
+    status, again = api(client, "DELETE", f"{API}/ta/keys/{world.a.key_prefix}/", owner(world))
+    assert status == 200 and again["revoked_at"] == body["revoked_at"]
+
+
+def test_a_key_for_an_agent_the_tenant_does_not_have_is_refused(client, world):
+    status, body = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "x", "agents": ["ghost"]})
+    assert status == 400 and body["errors"] == {"agents": ["no agent ghost in this tenant"]}
+    status, body = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "x", "principal": "anonymous"})
+    assert status == 400 and "anonymous" in body["detail"]
+    assert not ApiKey.objects.filter(name="x").exists()
+
+
+def test_the_create_api_key_command_gives_a_key_a_management_role(world, capsys):
+    call_command("create_api_key", "ta", "--name", "first", "--management-role", "owner", "--json")
+    made = orjson.loads(capsys.readouterr().out)
+    assert made["management_role"] == "owner"
+    assert ApiKey.objects.get(prefix=made["prefix"]).management_role == "owner"
+
+
+# --- the issuer and its tokens --------------------------------------------------------------
+
+
+@pytest.fixture
+def issuer_server(settings):
+    settings.OUTBOUND_ALLOW_NETS = ["127.0.0.1/32"]
+    server = Issuer()
+    yield server
+    server.stop()
+
+
+def test_an_owner_sets_reads_and_removes_the_issuer_through_the_outbound_guard(client, world, issuer_server):
+    body = {"issuer": ISSUER, "audience": AUDIENCE, "jwks_url": issuer_server.url, "role_claim": "agentserver_role"}
+    status, set_ = api(client, "PUT", f"{API}/ta/issuer/", owner(world), body)
+    assert status == 200 and set_["role_claim"] == "agentserver_role"
+    status, read = api(client, "GET", f"{API}/ta/issuer/", world.a.keys["viewer"])
+    assert read == set_
+    refused = {**body, "jwks_url": "http://127.0.0.2/jwks"}
+    status, answer = api(client, "PUT", f"{API}/ta/issuer/", owner(world), refused)
+    assert status == 400 and "jwks_url refused" in answer["errors"]["jwks_url"][0]
+    assert OidcIssuer.objects.get(tenant__slug="ta").jwks_url == issuer_server.url
+    status, _ = api(client, "DELETE", f"{API}/ta/issuer/", owner(world))
+    assert status == 204 and not OidcIssuer.objects.filter(tenant__slug="ta").exists()
+
+
+def _issuer(world, issuer_server, role_claim="agentserver_role"):
+    from accounts.services import oidc_issuer_set
+
+    oidc_issuer_set(
+        tenant=world.a.objects["tenant"],
+        issuer=ISSUER,
+        audience=AUDIENCE,
+        jwks_url=issuer_server.url,
+        role_claim=role_claim,
+    )
+
+
+def bearer(value: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {value}"}
+
+
+def test_a_token_of_the_tenant_s_issuer_manages_with_the_role_its_claim_names(client, world, issuer_server):
+    _issuer(world, issuer_server)
+    response = client.get(f"{API}/ta/", **bearer(token(sub="carol", agentserver_role="operator")))
+    assert response.status_code == 200 and orjson.loads(response.content)["your_role"] == "operator"
+    response = client.patch(
+        f"{API}/ta/",
+        data=b'{"name": "x"}',
+        content_type="application/json",
+        **bearer(token(agentserver_role="operator")),
+    )
+    assert response.status_code == 403
+    task = f"{API}/ta/tasks/{world.a.task_id}/cancel/"
+    response = client.post(task, content_type="application/json", **bearer(token(agentserver_role="operator")))
+    assert response.status_code == 200
+    assert "oidc:alice" in Task.objects.get(pk=world.a.task_id).status_changes.latest("id").reason
+
+
+@pytest.mark.parametrize(
+    ("claims", "status", "says"),
+    [
+        ({}, 403, "names no role"),
+        ({"agentserver_role": "admin"}, 403, "names no role"),
+        ({"agentserver_role": ["owner"]}, 403, "names no role"),
+        ({"agentserver_role": "owner", "aud": "someone-else"}, 401, "wrong audience"),
+        ({"agentserver_role": "owner", "exp": 1}, 401, "expired"),
+        ({"agentserver_role": "owner", "iss": "https://other.example"}, 401, "no tenant accepts"),
+    ],
+)
+def test_a_token_without_a_role_or_not_valid_is_refused(client, world, issuer_server, claims, status, says):
+    _issuer(world, issuer_server)
+    response = client.get(f"{API}/ta/", **bearer(token(**claims)))
+    assert response.status_code == status
+    assert says in orjson.loads(response.content)["detail"]
+
+
+def test_an_issuer_without_a_role_claim_lets_its_tokens_call_agents_only(client, world, issuer_server):
+    _issuer(world, issuer_server, role_claim="")
+    response = client.get(f"{API}/ta/", **bearer(token(agentserver_role="owner")))
+    assert response.status_code == 403 and "no role claim" in orjson.loads(response.content)["detail"]
+
+
+# --- agents ---------------------------------------------------------------------------------
+
+
+def test_a_webhook_agent_needs_its_secret_which_is_written_and_never_read_back(client, world):
+    values = {"slug": "hook", "name": "Hook", "executor": "webhook", "settings": {"url": "http://127.0.0.1:9/agent"}}
+    status, body = api(client, "POST", f"{API}/ta/agents/", owner(world), values)
+    assert status == 400 and "needs a secret" in body["errors"]["secret"][0]
+    secret = agent_secret_generate()
+    status, made = api(client, "POST", f"{API}/ta/agents/", owner(world), {**values, "secret": secret})
+    assert status == 201, made
+    assert made["has_secret"] is True and "secret" not in made
+    for path in (f"{API}/ta/agents/", f"{API}/ta/agents/hook/"):
+        _, read = api(client, "GET", path, world.a.keys["viewer"])
+        assert secret not in orjson.dumps(read).decode() and secret[6:] not in orjson.dumps(read).decode()
+    status, cleared = api(client, "PATCH", f"{API}/ta/agents/hook/", owner(world), {"description": "mine"})
+    assert status == 200 and cleared["has_secret"] is True and cleared["description"] == "mine"
+
+
+def test_an_agent_s_values_are_checked_by_the_agent_service_and_every_problem_is_itemised(client, world):
+    values = {"slug": "bad", "name": "Bad", "executor": "no-such-executor", "skills": "not a list"}
+    status, body = api(client, "POST", f"{API}/ta/agents/", owner(world), values)
+    assert status == 400
+    assert set(body["errors"]) >= {"skills"}
+    values = {"slug": "bad", "name": "Bad", "executor": "no-such-executor"}
+    status, body = api(client, "POST", f"{API}/ta/agents/", owner(world), values)
+    assert status == 400 and "executor" in body["errors"]
+    status, body = api(
+        client, "POST", f"{API}/ta/agents/", owner(world), {**values, "executor": "echo", "slug": "echo"}
+    )
+    assert status == 400 and "already" in body["errors"]["slug"][0]
+
+
+def test_deleting_an_agent_deactivates_it_and_its_endpoint_answers_as_for_no_agent(client, world):
+    status, body = api(client, "DELETE", f"{API}/ta/agents/echo/", owner(world))
+    assert status == 200 and body["is_active"] is False
+    response = client.get("/agents/ta/echo/.well-known/agent-card.json")
+    assert response.status_code == 404
+    status, body = api(client, "PATCH", f"{API}/ta/agents/echo/", owner(world), {"is_active": True})
+    assert status == 200 and body["is_active"] is True
+
+
+# --- tasks ----------------------------------------------------------------------------------
+
+
+def test_tasks_are_listed_with_the_admin_s_filters_and_search(client, world):
+    tid = world.a.task_id
+    q = f"{API}/ta/tasks/"
+    cases = {
+        "": True,
+        "?state=submitted": True,
+        "?state=completed&state=failed": False,
+        "?agent=echo": True,
+        "?agent=other": False,
+        "?dialect=a2a/1.0": True,
+        f"?owner={Task.objects.get(pk=tid).owner}": True,
+        "?owner=someone": False,
+        f"?q={tid}": True,
+        "?q=private": True,  # words of the message's text
+        "?q=nothing+like+it": False,
+        "?changed_after=2000-01-01T00:00:00Z": True,
+        "?changed_before=2000-01-01T00:00:00Z": False,
+    }
+    for query, found in cases.items():
+        status, body = api(client, "GET", q + query, world.a.keys["viewer"])
+        assert status == 200, (query, body)
+        assert ([t["id"] for t in body["results"]] == [tid]) is found, query
+    status, body = api(client, "GET", q + "?state=bogus", world.a.keys["viewer"])
+    assert status == 400 and "state" in body["errors"]
+
+
+def test_the_task_list_pages_by_cursor(client, world):
+    for n in range(4):
+        send = {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "SendMessage",
+            "params": {
+                "message": {"messageId": f"m{n}", "role": "ROLE_USER", "parts": [{"text": "more"}]},
+                "configuration": {"returnImmediately": True},
+            },
+        }
+        client.post(
+            "/agents/ta/echo/",
+            data=orjson.dumps(send),
+            content_type="application/json",
+            headers={"X-API-Key": world.a.keys[""], "A2A-Version": "1.0"},
+        )
+    seen, url = [], f"{API}/ta/tasks/?page_size=2"
+    while url:
+        status, body = api(client, "GET", url, world.a.keys["viewer"])
+        assert status == 200 and len(body["results"]) <= 2
+        seen += [t["id"] for t in body["results"]]
+        url = body["next"]
+    assert len(seen) == len(set(seen)) == 5
+    status, body = api(client, "GET", f"{API}/ta/tasks/?cursor=bm9wZQ", world.a.keys["viewer"])
+    assert status == 400 and "cursor" in body["errors"]
+
+
+def test_a_task_is_read_with_its_timeline_and_canceled_once(client, world):
+    tid = world.a.task_id
+    status, body = api(client, "GET", f"{API}/ta/tasks/{tid}/", world.a.keys["viewer"])
+    assert status == 200 and body["state"] == "submitted"
+    kinds = [(e["kind"], e["payload"].get("state")) for e in body["timeline"]]
+    assert kinds[0] == ("message", None) and ("status", "submitted") in kinds
+    assert body["timeline"][0]["payload"]["parts"][0]["text"] == "private text of ta"
+    status, body = api(client, "POST", f"{API}/ta/tasks/{tid}/cancel/", world.a.keys["operator"], {"reason": "enough"})
+    assert (status, body["state"]) == (200, "canceled")
+    _, read = api(client, "GET", f"{API}/ta/tasks/{tid}/", world.a.keys["viewer"])
+    assert read["timeline"][-1]["payload"]["state"] == "canceled"
+    assert read["timeline"][-1]["payload"].get("reason") == "enough"
+    status, body = api(client, "POST", f"{API}/ta/tasks/{tid}/cancel/", world.a.keys["operator"])
+    assert status == 409 and "already canceled" in body["detail"]
+
+
+# --- push -----------------------------------------------------------------------------------
+
+
+def test_push_configs_show_whether_secrets_are_set_never_the_secrets(client, world):
+    for path in (f"{API}/ta/push-configs/", f"{API}/ta/push-configs/{world.a.config_pk}/", f"{API}/ta/deliveries/"):
+        status, body = api(client, "GET", path, owner(world))
+        text = orjson.dumps(body).decode()
+        assert status == 200 and "credentials-of-ta" not in text and "token-of-ta" not in text
+    _, config = api(client, "GET", f"{API}/ta/push-configs/{world.a.config_pk}/", owner(world))
+    assert config["has_credentials"] is True and config["has_token"] is True
+
+
+def test_an_operator_deletes_a_push_config_and_nothing_more_is_delivered_to_it(client, world):
+    status, _ = api(client, "DELETE", f"{API}/ta/push-configs/{world.a.config_pk}/", world.a.keys["operator"])
+    assert status == 204
+    config = PushConfig.objects.get(pk=world.a.config_pk)
+    assert config.deleted_at and not config.token_sealed and not config.credentials_sealed
+    assert not Task.objects.get(pk=world.a.task_id).has_push_configs
+    status, _ = api(client, "GET", f"{API}/ta/push-configs/{world.a.config_pk}/", owner(world))
+    assert status == 404
+
+
+def test_an_operator_retries_a_dead_delivery_once(client, world, push_jobs, django_capture_on_commit_callbacks):
+    path = f"{API}/ta/deliveries/{world.a.delivery_pk}/"
+    status, body = api(client, "GET", f"{API}/ta/deliveries/?state=dead", world.a.keys["viewer"])
+    assert [d["id"] for d in body["results"]] == [world.a.delivery_pk]
+    with django_capture_on_commit_callbacks(execute=True):
+        status, body = api(client, "POST", f"{path}retry/", world.a.keys["operator"])
+    assert (status, body["state"], body["attempts"]) == (200, "pending", 0)
+    assert push_jobs == [(world.a.config_pk, None)]
+    status, body = api(client, "POST", f"{path}retry/", world.a.keys["operator"])
+    assert status == 409 and "not dead" in body["detail"]
+    assert PushDelivery.objects.get(pk=world.a.delivery_pk).state == DeliveryState.PENDING
+
+
+# --- throttling -----------------------------------------------------------------------------
+
+
+def test_writes_are_throttled_per_caller_and_reads_are_not(client, world, settings):
+    from django.core.cache import cache
+
+    settings.TENANT_API_WRITE_RATE = "2/min"
+    cache.clear()
+    answers = [api(client, "PATCH", f"{API}/ta/", owner(world), {"name": f"n{n}"})[0] for n in range(3)]
+    assert answers == [200, 200, 429]
+    response = client.patch(
+        f"{API}/ta/", data=b'{"name": "x"}', content_type="application/json", headers={"X-API-Key": owner(world)}
+    )
+    assert response.status_code == 429 and int(response["Retry-After"]) > 0
+    assert all(api(client, "GET", f"{API}/ta/", owner(world))[0] == 200 for _ in range(5))
+    # Another caller has its own allowance.
+    assert api(client, "POST", f"{API}/ta/tasks/{world.a.task_id}/cancel/", world.a.keys["operator"])[0] == 200
+    cache.clear()

@@ -1,0 +1,122 @@
+"""The issue's done-when, across the live stack (daphne + a Celery worker, tests/conftest.py):
+from an owner's management key, through the tenant API alone, a webhook agent with its secret
+(its endpoint tests/webhook_endpoint.py), a key for a client, a task sent to the agent over
+A2A, the task and its timeline read through the API, and a task canceled through the API. And
+the docs page as daphne serves it: every file it loads from this server."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from accounts.services import agent_secret_generate, api_key_create, tenant_ensure
+from tests.conftest import user_message
+from tests.test_api_docs import page_refs, same_origin
+from tests.webhook_endpoint import Endpoint, ndjson
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def secret() -> str:
+    return agent_secret_generate()
+
+
+@pytest.fixture
+def endpoint(secret):
+    running = Endpoint(secret).start()
+    yield running
+    running.stop()
+
+
+def send(base: str, key: str, text: str) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": user_message(text)}}
+    response = httpx.post(
+        f"{base}/agents/globex/hook/", json=body, headers={"A2A-Version": "1.0", "X-API-Key": key}, timeout=30
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["result"]["task"]
+
+
+def test_an_owner_s_key_alone_makes_a_webhook_agent_sends_it_a_task_reads_its_timeline_and_cancels_one(
+    live, secret, endpoint
+):
+    tenant = tenant_ensure(slug="globex", name="Globex")
+    _, owner_key = api_key_create(tenant=tenant, name="owner", management_role="owner")
+    api = httpx.Client(base_url=f"{live.url}/api/v1/tenants/globex", headers={"X-API-Key": owner_key}, timeout=30)
+
+    # The agent, with its secret (written, never read back).
+    values = {
+        "slug": "hook",
+        "name": "Hook",
+        "description": "A webhook agent made through the API.",
+        "executor": "webhook",
+        "settings": {"url": endpoint.url()},
+        "secret": secret,
+        "input_modes": ["text/plain"],
+        "output_modes": ["text/plain"],
+    }
+    made = api.post("/agents/", json=values)
+    assert made.status_code == 201, made.text
+    assert made.json()["has_secret"] is True and secret not in made.text
+    # A key for the agent's client, shown once.
+    client = api.post("/keys/", json={"name": "client", "principal": "client-app", "agents": ["hook"]})
+    assert client.status_code == 201, client.text
+    client_key = client.json()["key"]
+
+    # A task over A2A, which the endpoint completes (its requests signed with the secret).
+    endpoint.answer(
+        ndjson(
+            {"type": "working", "message": "on it"},
+            {"type": "artifact", "text": "the answer", "artifactId": "a1"},
+            {"type": "complete", "message": "done"},
+        ),
+        ndjson({"type": "input-required", "message": "About what?"}),
+    )
+    task = send(live.url, client_key, "first question")
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert endpoint.seen[0].verified
+
+    # The task and its timeline, through the API.
+    listed = api.get("/tasks/", params={"agent": "hook", "state": "completed"})
+    assert [t["id"] for t in listed.json()["results"]] == [task["id"]]
+    read = api.get(f"/tasks/{task['id']}/").json()
+    assert read["owner"] == "client-app" and read["state"] == "completed"
+    timeline = read["timeline"]
+    assert timeline[0]["kind"] == "message" and timeline[0]["payload"]["parts"][0]["text"] == "first question"
+    states = [e["payload"]["state"] for e in timeline if e["kind"] == "status"]
+    assert states == ["submitted", "working", "completed"]
+    assert any(e["kind"] == "artifact" for e in timeline)
+    found = api.get("/tasks/", params={"q": "first question"}).json()["results"]
+    assert [t["id"] for t in found] == [task["id"]]
+
+    # A second task waits for input; the API cancels it, and its client sees it canceled.
+    waiting = send(live.url, client_key, "second question")
+    assert waiting["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
+    canceled = api.post(f"/tasks/{waiting['id']}/cancel/", json={"reason": "no longer needed"})
+    assert canceled.status_code == 200 and canceled.json()["state"] == "canceled"
+    get = {"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": waiting["id"]}}
+    seen = httpx.post(
+        f"{live.url}/agents/globex/hook/", json=get, headers={"A2A-Version": "1.0", "X-API-Key": client_key}
+    ).json()
+    assert seen["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+    again = api.post(f"/tasks/{waiting['id']}/cancel/")
+    assert again.status_code == 409
+    # The agent's card is the API's content, served by daphne.
+    card = httpx.get(f"{live.url}/agents/globex/hook/.well-known/agent-card.json").json()
+    assert card["name"] == "Hook" and card["description"].startswith("A webhook agent made through the API.")
+
+
+def test_the_docs_page_as_daphne_serves_it_loads_only_files_of_this_server(live):
+    page = httpx.get(f"{live.url}/api/docs/")
+    assert page.status_code == 200 and "http://" not in page.text and "https://" not in page.text
+    refs = page_refs(page.text)
+    assert refs and all(same_origin(url) for url in refs)
+    for url in refs:
+        asset = httpx.get(f"{live.url}{url}")
+        assert asset.status_code == 200 and asset.content, url
+        if "script" in urlsplit(url).query:
+            schema_url = asset.text.split('url: "', 1)[1].split('"', 1)[0]
+            assert httpx.get(f"{live.url}{schema_url}").status_code == 200

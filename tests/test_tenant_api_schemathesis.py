@@ -1,0 +1,78 @@
+"""The tenant API against the OpenAPI document (/api/schema/), as tests/test_registry_schemathesis.py
+runs the registry's part: schemathesis sends every operation under /api/v1/ the requests the
+document allows (and some it does not), as an owner, a viewer, a key without a management role
+and nobody, to the WSGI application in-process: no answer is a server error, and every answer
+has a documented status, content type and shape.
+
+Path parameters mostly name objects that exist (tenant A's, tenant B's), so that not every
+answer is a 404. The requests run in autocommit (transactional_db)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import schemathesis
+from django.core.wsgi import get_wsgi_application
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from tests.tenant_api_world import build
+
+application = get_wsgi_application()
+schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application).include(path_regex="^/api/v1/")
+
+_turns = itertools.count()
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
+
+
+def test_the_document_holds_every_operation_of_the_tenant_api():
+    operations = {(op.method.upper(), op.path) for result in schema.get_all_operations() for op in [result.ok()]}
+    assert len(operations) == 28
+    assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/") in operations
+    assert ("POST", "/api/v1/tenants/{slug}/deliveries/{id}/retry/") in operations
+
+
+@pytest.fixture
+def world(transactional_db, client, django_user_model, settings):
+    return build(client, django_user_model)
+
+
+@schema.parametrize()
+@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+def test_no_request_gets_a_server_error_or_an_answer_the_document_does_not_describe(case, world):
+    turn = next(_turns)
+    side = world.a if turn % 3 else world.b
+    params = dict(case.path_parameters or {})
+    if turn % 4:
+        known = {
+            "slug": side.slug,
+            "task_id": side.task_id,
+            "prefix": side.key_prefix,
+            "username": "vera",
+            "agent": "echo",
+            "id": side.delivery_pk if "/deliveries/" in case.path else side.config_pk,
+        }
+        params.update({name: known[name] for name in params if name in known})
+        case.path_parameters = params
+    callers = [
+        {"X-API-Key": world.a.keys["owner"]},
+        {"X-API-Key": world.a.keys["viewer"]},
+        {"X-API-Key": world.a.keys[""]},
+        {},
+    ]
+    for headers in callers:
+        response = case.call(headers=headers)
+        case.validate_response(response, checks=CHECKS, headers=headers)
