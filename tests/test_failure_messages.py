@@ -3,8 +3,8 @@ message (an agent Message with one text part) that says what went wrong in words
 act on, and never a host, URL, path, exception text or secret; the admin keeps the full reason
 on the status change. Each failure kind's text is checked with hostile URLs and exception
 texts (hypothesis); then a webhook agent whose endpoint answers 500 is seen failed, with that
-message, by an A2A 1.0 client, a 0.3 client, a 0.1 client, an AIP client and a push receiver,
-and once across the live stack (daphne and a Celery worker)."""
+message, by an A2A 1.0 client (JSON-RPC and HTTP+JSON), a 0.3 client, a 0.1 client, an AIP
+client and a push receiver, and once across the live stack (daphne and a Celery worker)."""
 
 from __future__ import annotations
 
@@ -401,6 +401,19 @@ def test_an_a2a_1_0_client_and_its_push_receiver_see_the_failed_task_with_what_w
     assert last["status"]["state"] == "TASK_STATE_FAILED"
     assert last["status"]["message"]["parts"] == [{"text": SHOWN}]
     no_leak([r.json for r in receiver.requests], endpoint)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_a2a_1_0_http_json_client_sees_the_failed_task_with_what_went_wrong(rest, alice_key, failing_hook):
+    agent, endpoint = failing_hook
+    sent = rest("POST", agent.path, "message:send", key=alice_key, body={"message": user_message("hello")})
+    assert sent.status == 200
+    task = sent.body["task"]
+    assert task["status"]["state"] == "TASK_STATE_FAILED"
+    assert task["status"]["message"]["parts"] == [{"text": SHOWN}]
+    got = rest("GET", agent.path, f"tasks/{task['id']}", key=alice_key).body
+    assert got["status"]["message"]["parts"] == [{"text": SHOWN}]
+    no_leak([task, got], endpoint)
 
 
 @pytest.mark.django_db(transaction=True)
