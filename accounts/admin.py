@@ -18,12 +18,22 @@ from django.utils.html import format_html
 from . import agent_kinds
 from .admin_hosts import AgentHostInline, save_hosts, verify_pending_hosts
 from .admin_scoping import TenantScopedAdmin, is_superuser, tenant_ids_with
+from .agent_services import (
+    ALL,
+    SECRET,
+    SETTABLE,
+    AgentInvalid,
+    Checked,
+    agent_write,
+    check,
+    tenant_executors_check,
+    tenant_executors_set,
+)
 from .models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .selectors import executors_for
 from .services import (
     AccountError,
-    agent_secret_check,
     agent_secret_generate,
-    agent_secret_set,
     api_key_check,
     api_key_create,
     api_key_revoke,
@@ -31,17 +41,64 @@ from .services import (
 )
 
 
+class TenantForm(forms.ModelForm):
+    """A tenant's page; the installed executors its agents may use are the operator's grant
+    (accounts.agent_services.tenant_executors_set)."""
+
+    allowed_executors = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Installed executors allowed",
+        help_text="Executors installed distributions add (plugins) this tenant's agents may use; every tenant "
+        "may use the built-in ones.",
+    )
+
+    class Meta:
+        model = Tenant
+        fields = "__all__"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "allowed_executors" in self.fields:
+            known = agent_kinds.kinds()
+            granted = list(self.instance.allowed_executors or []) if self.instance.pk else []
+            names = sorted({n for n, kind in known.items() if not kind.built_in} | set(granted))
+            self.fields["allowed_executors"].choices = [
+                (n, f"{n}: {known[n].description}" if n in known else f"{n} (not installed)") for n in names
+            ]
+
+    def clean_allowed_executors(self) -> list[str]:
+        chosen = list(self.cleaned_data.get("allowed_executors") or [])
+        try:
+            return tenant_executors_check(tenant=self.instance if self.instance.pk else None, executors=chosen)
+        except AccountError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+
 @admin.register(Tenant)
 class TenantAdmin(TenantScopedAdmin):
     tenant_field = "pk"
-    # Members read their tenant: its limits are the site's to set, not the tenant's.
+    # Members read their tenant: its limits and the executors it may use are the site's to set,
+    # not the tenant's.
     list_display = ("slug", "name", "created_at")
     search_fields = ("slug", "name")
+    form = TenantForm
+
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        granted = form.cleaned_data.get("allowed_executors", [])
+        if change:  # the grant is written by its service (and announced), the rest as Django does
+            obj.allowed_executors = Tenant.objects.values_list("allowed_executors", flat=True).get(pk=obj.pk)
+        else:
+            obj.allowed_executors = []
+        super().save_model(request, obj, form, change)
+        if granted != obj.allowed_executors:
+            tenant_executors_set(tenant=obj, executors=granted)
 
 
 class AgentForm(forms.ModelForm):
-    """An agent's executor is one this install has, and its settings satisfy that executor's
-    schema (accounts.agent_kinds): every problem is listed under the settings."""
+    """An agent's page, checked and saved by the one agent service (accounts.agent_services),
+    which create_agent and the tenant API use too: the same input, the same answer. The
+    executor is one its tenant may use; every problem shows under its field."""
 
     # The card's links: one typed without a scheme is https (Django 6's default; 5.2 warns).
     provider_url = forms.URLField(
@@ -60,8 +117,8 @@ class AgentForm(forms.ModelForm):
         ],
         initial="keep",
         required=False,
-        help_text="The executor's secret: a webhook agent signs its requests with it, a fronted agent "
-        "sends it to its upstream. Stored encrypted; never shown again.",
+        help_text="The executor's secret: a webhook agent signs its requests with it (it needs one), a fronted "
+        "agent sends it to its upstream. Stored encrypted; never shown again.",
     )
     new_secret = forms.CharField(
         label="New secret", required=False, strip=False, widget=forms.PasswordInput(render_value=False)
@@ -73,16 +130,26 @@ class AgentForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.secret: str | None = None
+        self.checked: Checked | None = None
+        for name in ("name", "description"):
+            if name in self.fields:  # the service fills them (a fronted agent's upstream's, or the slug)
+                self.fields[name].required = False
+                self.fields[name].help_text = "Empty: a fronted agent's upstream's, else from the slug."
         known = agent_kinds.kinds()
-        current = self.instance.executor if self.instance and self.instance.pk else ""
-        names = sorted(set(known) | ({current} if current else set()))
+        tenant = self.instance.tenant if self.instance.pk else None
+        current = self.instance.executor if self.instance.pk else ""
+        # A tenant's page offers the executors that tenant may use; a new agent's tenant is not
+        # chosen yet: every installed one is offered, and the service refuses what is not allowed.
+        usable = executors_for(tenant) if tenant is not None else sorted(known)
+        names = sorted(set(usable) | ({current} if current else set()))
         if "executor" in self.fields:
-            self.fields["executor"] = forms.ChoiceField(
-                choices=[(n, f"{n}: {known[n].description}" if n in known else f"{n} (not installed)") for n in names],
-                help_text="The agent's logic: the executors this install has (built in or installed plugins).",
+            self.fields["executor"] = _ExecutorField(
+                choices=[(n, _executor_label(n, known, usable)) for n in names],
+                help_text="The agent's logic: the built-in executors, and the installed ones its tenant may use.",
             )
         if "settings" in self.fields:
-            schemas = {n: known[n].schema for n in sorted(known)}
+            schemas = {n: known[n].schema for n in usable if n in known}
             shown = {current: schemas[current]} if current in schemas else schemas
             # The admin prints help text as HTML: the schemas (a plugin's too) go in escaped.
             self.fields["settings"].help_text = format_html(
@@ -92,30 +159,81 @@ class AgentForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        executor = cleaned.get("executor")
-        if executor and "settings" in cleaned:
-            for problem in agent_kinds.settings_problems(executor, cleaned["settings"]):
-                self.add_error("settings" if problem.startswith("settings") else "executor", problem)
         action, typed = cleaned.get("secret_action") or "keep", cleaned.get("new_secret") or ""
         if action == "set" and not typed:
             self.add_error("new_secret", "Type the secret to set.")
-        elif action == "set":
-            try:
-                agent_secret_check(typed)
-            except AccountError as exc:
-                self.add_error("new_secret", str(exc))
-        elif typed:
+        elif action != "set" and typed:
             self.add_error("new_secret", "Choose “set the one typed below” to use it.")
+        elif action == "generate":
+            self.secret = agent_secret_generate()
+        elif action == "set":
+            self.secret = typed
+        elif action == "clear":
+            self.secret = ""
         return cleaned
 
-    def secret_change(self) -> str | None:
-        """The secret to store after saving: None keeps the one there is."""
-        action = self.cleaned_data.get("secret_action") or "keep"
-        if action == "generate":
-            return agent_secret_generate()
-        if action == "set":
-            return self.cleaned_data["new_secret"]
-        return "" if action == "clear" else None
+    def _post_clean(self) -> None:
+        # Instead of the model's own validation: the service checks every field, the executor,
+        # its settings and its secret, as it does for create_agent and the API.
+        tenant = self.instance.tenant if self.instance.pk else self.cleaned_data.get("tenant")
+        slug = self.cleaned_data.get("slug") if "slug" in self.fields else self.instance.slug
+        if tenant is None or not slug or "new_secret" in self.errors:
+            return
+        values = {f: self.cleaned_data[f] for f in SETTABLE if f in self.cleaned_data and f in self.fields}
+        try:
+            self.checked = check(
+                tenant=tenant,
+                slug=slug,
+                values=values,
+                secret=self.secret,
+                agent=self.instance if self.instance.pk else None,
+            )
+        except AgentInvalid as exc:
+            for field, messages in exc.problems.items():
+                target = self._field_for(field)
+                if target in self.errors:  # refused by the form already; the service saw the stored value
+                    continue
+                for message in messages:
+                    self.add_error(target, message if target or field == ALL else f"{field}: {message}")
+
+    def _field_for(self, field: str) -> str | None:
+        if field == SECRET:
+            return "new_secret" if self.cleaned_data.get("secret_action") == "set" else "secret_action"
+        return field if field in self.fields else None
+
+    def save(self, commit: bool = True) -> Agent:
+        if self.errors or self.checked is None:
+            raise ValueError("The agent could not be saved because its data didn't validate.")
+        self.save_m2m = lambda: None  # an agent has no many-to-many fields of its own
+        return self.write() if commit else self.instance
+
+    def write(self) -> Agent:
+        """Store what the service checked (no second check: a fronted agent's card is not
+        fetched twice) and bring the form's instance up to it."""
+        assert self.checked is not None
+        tenant = self.instance.tenant if self.instance.pk else self.cleaned_data["tenant"]
+        saved = agent_write(tenant=tenant, checked=self.checked, agent=self.instance if self.instance.pk else None)
+        for f in Agent._meta.concrete_fields:
+            setattr(self.instance, f.attname, getattr(saved, f.attname))
+        self.instance.tenant = saved.tenant
+        self.instance._state.adding = False
+        return self.instance
+
+
+class _ExecutorField(forms.ChoiceField):
+    """The executors offered; any other name goes to the service, whose refusal says why
+    (not installed, or not allowed for the tenant), as it does for create_agent and the API."""
+
+    def valid_value(self, value: Any) -> bool:
+        return True
+
+
+def _executor_label(name: str, known: dict[str, agent_kinds.Kind], usable: list[str]) -> str:
+    if name not in known:
+        return f"{name} (not installed)"
+    if name not in usable:
+        return f"{name} (not allowed for this tenant)"
+    return f"{name}: {known[name].description}"
 
 
 @admin.register(Agent)
@@ -146,13 +264,10 @@ class AgentAdmin(TenantScopedAdmin):
         return bool(obj.secret_sealed)
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
-        secret = form.secret_change()
-        if secret is not None:  # sealed onto the agent, saved with the rest in one write
-            agent_secret_set(agent=obj, secret=secret, save=False)
-        super().save_model(request, obj, form, change)
-        if secret and form.cleaned_data.get("secret_action") == "generate":
+        form.write()  # through the service, with the secret sealed, in one write
+        if form.secret and form.cleaned_data.get("secret_action") == "generate":
             self.message_user(
-                request, f"Secret generated. Copy it now, it is not shown again: {secret}", messages.WARNING
+                request, f"Secret generated. Copy it now, it is not shown again: {form.secret}", messages.WARNING
             )
 
 

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
-from . import changes
+from . import agent_kinds, changes
 from .models import SLUG_LENGTH, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
 from .services import (
     ANONYMOUS_PRINCIPAL,
@@ -237,3 +237,66 @@ def caches_clear() -> None:
     """Forget cached agents (with their issuers) and keys (tests; after bulk changes in a shell)."""
     _agents.clear()
     _keys.clear()
+
+
+# --- executors a tenant may use (docs/tenancy.md, "Executors") ----------------------------
+
+GRANT_HINT = "its operator grants installed executors"
+
+
+def executors_for(tenant: Tenant) -> list[str]:
+    """The executors `tenant`'s agents may use: every built-in one, and the installed ones
+    (plugins) its operator granted that this install has."""
+    granted = set(tenant.allowed_executors or [])
+    return sorted(name for name, kind in agent_kinds.kinds().items() if kind.built_in or name in granted)
+
+
+def executor_refusal(tenant: Tenant, executor: str) -> str | None:
+    """Why `tenant`'s agents may not use `executor` now (not installed, or not granted), or None."""
+    kind = agent_kinds.kinds().get(executor)
+    if kind is None:
+        usable = ", ".join(executors_for(tenant)) or "none"
+        return f"no executor {executor!r} is installed on this server; {tenant.slug} may use {usable}"
+    if not kind.built_in and executor not in (tenant.allowed_executors or []):
+        return f"executor {executor!r} is not allowed for tenant {tenant.slug}; {GRANT_HINT}"
+    return None
+
+
+def executor_withdrawn(*, tenant_slug: str, executor: str) -> str | None:
+    """At a run: why the agent's installed executor may no longer run for its tenant (the
+    grant was withdrawn), or None. Built-in executors cost no query."""
+    kind = agent_kinds.kinds().get(executor)
+    if kind is None or kind.built_in:
+        return None
+    granted = Tenant.objects.filter(slug=tenant_slug).values_list("allowed_executors", flat=True).first()
+    if executor in (granted or []):
+        return None
+    return f"executor {executor!r} is not allowed for tenant {tenant_slug}; {GRANT_HINT}"
+
+
+@dataclass(frozen=True)
+class Stranded:
+    """An agent whose executor cannot run it now, and why (for the operator's overview)."""
+
+    agent: Agent
+    why: str
+
+
+def agents_stranded(tenant_ids: list[int] | None = None) -> list[Stranded]:
+    """Active agents whose executor is not installed (a plugin removed after they were saved)
+    or no longer allowed for their tenant; `tenant_ids` None: every tenant's."""
+    known = agent_kinds.kinds()
+    plugins = {name for name, kind in known.items() if not kind.built_in}
+    agents = Agent.objects.filter(is_active=True).select_related("tenant").order_by("tenant__slug", "slug")
+    if tenant_ids is not None:
+        agents = agents.filter(tenant_id__in=tenant_ids)
+    # Only agents on something other than a built-in executor can be stranded.
+    agents = agents.exclude(executor__in=[name for name, kind in known.items() if kind.built_in])
+    found = []
+    for agent in agents:
+        if agent.executor in plugins and agent.executor in (agent.tenant.allowed_executors or []):
+            continue
+        why = executor_refusal(agent.tenant, agent.executor)
+        if why is not None:
+            found.append(Stranded(agent=agent, why=why))
+    return found

@@ -7,8 +7,10 @@ from datetime import datetime
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.urls import reverse
 
 from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin
+from accounts.selectors import agents_stranded
 
 from . import admin_detail
 from .admin_detail import TaskDetailAdmin
@@ -28,7 +30,8 @@ class TaskAdmin(TaskDetailAdmin, TaskList, ReadOnlyForEveryone, TenantScopedAdmi
 def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: datetime) -> admin_detail.Section:
     """The executors this process loaded, and, to superusers, the plugins it could not load with
     the reason (the process logged them at start too): the server's installation (its modules,
-    paths, errors) is the operator's, not every tenant member's."""
+    paths, errors) is the operator's, not every tenant member's. Agents (of the viewer's
+    tenants) whose executor is not installed or no longer allowed for their tenant are flagged."""
     superuser = tenant_ids is None  # the overview's scope: None for a superuser alone
     tables = [
         admin_detail.Table(
@@ -43,6 +46,24 @@ def _executors_section(request: HttpRequest, tenant_ids: list[int] | None, now: 
                 headers=["executor", "from", "class", "why it was not loaded"],
                 rows=[[item.name, item.source, item.target, item.error] for item in plugins.BROKEN],
                 caption="Not loaded",
+            )
+        )
+    stranded = agents_stranded(tenant_ids)
+    if stranded:
+        # Saved while their executor was installed and allowed: their runs now fail as
+        # misconfigured, saying this, until the executor is back or the agent changes.
+        tables.append(
+            admin_detail.Table(
+                headers=["agent", "executor", "why it cannot run"],
+                rows=[
+                    [
+                        (str(item.agent), reverse("admin:accounts_agent_change", args=[item.agent.pk])),
+                        item.agent.executor,
+                        item.why,
+                    ]
+                    for item in stranded
+                ],
+                caption="Agents whose executor cannot run them",
             )
         )
     tables.append(

@@ -13,13 +13,22 @@ class TasksAppConfig(AppConfig):
         from accounts import agent_kinds
 
         from . import tasks  # noqa: F401
-        from .executors import REGISTRY
+        from .executors import REGISTRY, plugins
 
-        agent_kinds.provide(
-            lambda: {
+        def kinds() -> dict[str, agent_kinds.Kind]:
+            installed = plugins.from_distributions()
+            return {
                 name: agent_kinds.Kind(
-                    name=name, description=cls.description, schema=cls.settings_schema, problems=cls.settings_problems
+                    name=name,
+                    description=cls.description,
+                    schema=cls.settings_schema,
+                    problems=cls.settings_problems,
+                    built_in=name not in installed,
+                    # Optional in the Executor API (docs/executors.md, "Checked when saved").
+                    secret_required=bool(getattr(cls, "secret_required", False)),
+                    on_save=getattr(cls, "on_save", None),
                 )
                 for name, cls in REGISTRY.items()
             }
-        )
+
+        agent_kinds.provide(kinds)

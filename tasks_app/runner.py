@@ -17,7 +17,7 @@ from accounts import sealing
 from . import dispatch, metrics, selectors, services
 from .domain import RunInputs
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
-from .executors import AgentContext, AgentFailure, Misconfigured, executor_for
+from .executors import AgentContext, AgentFailure, Misconfigured, executor_for, executor_withdrawn
 from .lifecycle import Failure, Role
 from .storable import Refused
 
@@ -58,6 +58,9 @@ def _executed(inputs: RunInputs, *, task_id: Any, run_token: uuid.UUID) -> str:
     executor = executor_for(inputs.executor)
     if executor is None:
         return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: no executor named {inputs.executor!r}")
+    withdrawn = executor_withdrawn(agent=inputs.agent, executor=inputs.executor)  # an installed one's grant
+    if withdrawn:
+        return fail(Failure.MISCONFIGURED, f"the agent is misconfigured: {withdrawn}")
     latest_user = next((m for m in reversed(inputs.history) if m.role == Role.USER), None)
     if latest_user is None:  # every task starts with a client's message; this one was not made by a client
         return fail(Failure.MISCONFIGURED, "the task has no message from the client to answer")

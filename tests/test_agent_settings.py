@@ -73,7 +73,10 @@ def test_rules_beyond_the_schema_are_checked_once_the_schema_holds(tenant, setti
     assert not form.is_valid()
     problems = form.errors["settings"]
     assert "settings['url']: must use https (this server sends plain http only with WEBHOOK_ALLOW_HTTP set)" in problems
-    assert "settings['url']: this address is not allowed: 127.0.0.2" in problems
+    assert (
+        "settings['url']: this address is not allowed: 127.0.0.2 (this server reaches public addresses only, "
+        "and the networks its OUTBOUND_ALLOW_NETS lists)" in problems
+    )
     # A schema problem alone is reported: the other rules assume settings of the right shape.
     assert form_for(hook, settings={"url": 7}).errors["settings"] == ["settings['url']: 7 is not of type 'string'"]
 

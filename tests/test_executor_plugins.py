@@ -145,8 +145,11 @@ def test_a_broken_plugin_is_reported_with_the_reason_and_the_others_still_load(i
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_agent_runs_on_an_installed_executor(installed, rpc, tenant, alice_key):
-    agent = make_agent(tenant, "loud", "shouter")
+def test_an_agent_runs_on_an_installed_executor_its_tenant_was_granted(installed, rpc, tenant, alice_key):
+    from accounts.agent_services import agent_save, tenant_executors_set
+
+    tenant_executors_set(tenant=tenant, executors=["shouter"])  # an installed executor is granted per tenant
+    agent = agent_save(tenant=tenant, slug="loud", values={"executor": "shouter"})
     task = rpc.send(agent.path, "quiet please", key=alice_key).result["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["artifacts"][0]["parts"] == [{"text": "QUIET PLEASE"}]

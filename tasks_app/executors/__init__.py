@@ -1,6 +1,8 @@
 """The executors: the built-in ones and those installed distributions declare, all loaded
 through the entry point group `agentserver.executors` (plugins.py)."""
 
+from accounts import selectors
+
 from . import plugins
 from .base import REGISTRY, AgentContext, AgentFailure, Executor, Misconfigured, register
 
@@ -10,6 +12,12 @@ plugins.load_all()
 def executor_for(name: str) -> Executor | None:
     cls = REGISTRY.get(name)
     return cls() if cls else None
+
+
+def executor_withdrawn(*, agent: str, executor: str) -> str | None:
+    """At a run of `agent` ("tenant/agent"): why its installed executor may no longer run for
+    its tenant (the operator withdrew the grant), or None; built-in executors cost no query."""
+    return selectors.executor_withdrawn(tenant_slug=agent.split("/", 1)[0], executor=executor)
 
 
 def choices() -> list[tuple[str, str]]:
@@ -24,6 +32,7 @@ __all__ = [
     "REGISTRY",
     "register",
     "executor_for",
+    "executor_withdrawn",
     "choices",
     "plugins",
 ]

@@ -116,6 +116,13 @@ def load(
     return loaded, broken
 
 
+def from_distributions() -> frozenset[str]:
+    """The executors installed distributions added: a tenant may use one only where the
+    operator granted it. The built-in ones, and any registered from the project's own code
+    (`register`), every tenant may use."""
+    return frozenset(item.name for item in LOADED if item.source != BUILT_IN_SOURCE)
+
+
 def installed(group: str = GROUP) -> list[EntryPoint]:
     return list(entry_points(group=group))
 

@@ -761,6 +761,7 @@ class WebhookExecutor(Executor):
     # A run cut off midway is not sent again: the endpoint may have acted on it already, and
     # a fresh run would come under a new webhook-id that its deduplication cannot recognise.
     rerunnable = False
+    secret_required = True  # every request is signed with the agent's secret: none, no save
     settings_schema: ClassVar[dict[str, Any]] = SETTINGS_SCHEMA
 
     @classmethod

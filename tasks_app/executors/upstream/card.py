@@ -136,12 +136,13 @@ def forget() -> None:
         _cache.clear()
 
 
-async def fetch(url: str, *, timeout: float, headers: dict[str, str] | None = None) -> AgentCard:
+async def fetch(url: str, *, timeout: float, headers: dict[str, str] | None = None, fresh: bool = False) -> AgentCard:
     """The upstream's card at `url` (kept for a while); CardProblem says why there is none.
     `headers`: the agent's credential, sent with the card too (an upstream behind a gateway
-    may guard its card as it guards its endpoint; the tenant chose this URL)."""
+    may guard its card as it guards its endpoint; the tenant chose this URL). `fresh`: fetched
+    now whatever is kept (an agent being saved checks the upstream as it is)."""
     key = _key(url, headers or {})
-    found = _cached(key)
+    found = None if fresh else _cached(key)
     if found is not None:
         return found
     limit = int(settings.UPSTREAM_CARD_MAX_BYTES)

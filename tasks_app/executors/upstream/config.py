@@ -1,8 +1,11 @@
-"""An `a2a-upstream` agent's settings: their JSON Schema (checked when the agent is saved) and
-the values a run uses, checked again at the run (a stored agent may predate a rule)."""
+"""An `a2a-upstream` agent's settings: their JSON Schema and the check when the agent is saved
+(`on_save`: the upstream's card fetched now, its content offered for ours), and the values a run
+uses, checked again at the run (a stored agent may predate a rule)."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -10,9 +13,15 @@ from urllib.parse import urlsplit
 
 from django.conf import settings as site
 
+from outbound import ssrf
+
 from ..base import Misconfigured
+from . import card as cards
 
 CARD_PATH = "/.well-known/agent-card.json"
+# A save waits at most this long for the upstream's card (or the settings' timeout, if less).
+SAVE_TIMEOUT = 10.0
+PLAIN_HTTP = "must use https (this server fronts plain http upstreams only with WEBHOOK_ALLOW_HTTP set)"
 PROTOCOLS = ("auto", "1.0", "0.3")
 _TOKEN = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # an HTTP header name (RFC 9110 token)
 # Headers the client itself must set: a secret sent in one of them would break the request.
@@ -95,6 +104,8 @@ def read(settings: dict[str, Any], secret: str) -> UpstreamConfig:
     url = settings.get("url")
     if not isinstance(url, str) or not re.match(r"^https?://", url, re.I):
         raise Misconfigured("settings['url'] must be the upstream agent's http(s) URL")
+    if _plain_http(url):
+        raise Misconfigured(f"settings['url'] {PLAIN_HTTP}")
     protocol = settings.get("protocol", "auto")
     if protocol not in PROTOCOLS:
         raise Misconfigured(f"settings['protocol'] must be one of {', '.join(PROTOCOLS)}")
@@ -116,3 +127,78 @@ def read(settings: dict[str, Any], secret: str) -> UpstreamConfig:
         timeout=float(timeout),
         auth=auth,
     )
+
+
+def _plain_http(url: str) -> bool:
+    return urlsplit(url).scheme.lower() == "http" and not site.WEBHOOK_ALLOW_HTTP
+
+
+def on_save(settings: dict[str, Any], secret: str) -> tuple[list[str], dict[str, Any]]:
+    """Checked when a fronted agent is saved (docs/executors.md, "Checked when saved"): plain
+    http only where webhooks may use it, the card fetched now through the outbound guard
+    (bounded in time and bytes) and offering an interface the client can use there; its name,
+    description, skills and modes offered as our card's content. Problems name what failed."""
+    url = settings["url"]
+    if _plain_http(url):
+        return [f"settings['url']: {PLAIN_HTTP}"], {}
+    try:
+        config = read(settings, secret)
+    except Misconfigured as exc:
+        return [str(exc)], {}
+    try:
+        ssrf.check(config.card_url, unresolvable_ok=True)
+        found = _sync(
+            cards.fetch(config.card_url, timeout=min(config.timeout, SAVE_TIMEOUT), headers=config.auth, fresh=True)
+        )
+        chosen = cards.choose(found, config.protocol)
+    except ssrf.Refused as exc:
+        return [f"settings['url']: the upstream's card at {config.card_url} may not be fetched: {exc}"], {}
+    except cards.CardProblem as exc:
+        text = str(exc)
+        where = "" if text.startswith("the upstream") else f"the upstream's card at {config.card_url} "
+        return [f"settings['url']: {where}{text}"], {}
+    interface = chosen.interface.url
+    if _plain_http(interface):
+        return [f"settings['url']: the upstream's card offers {interface}, which {PLAIN_HTTP}"], {}
+    try:
+        ssrf.check(interface, unresolvable_ok=True)
+    except ssrf.Refused as exc:
+        return [f"settings['url']: the upstream's card offers an interface at a refused address: {exc}"], {}
+    return [], offered(found)
+
+
+def offered(card: Any) -> dict[str, Any]:
+    """The upstream card's content as our Agent's fields (cut to what they hold)."""
+    skills = []
+    for skill in list(card.skills)[:100]:
+        entry: dict[str, Any] = {"id": skill.id[:200] or "skill"}
+        if skill.name:
+            entry["name"] = skill.name[:200]
+        if skill.description:
+            entry["description"] = skill.description[:2000]
+        if skill.tags:
+            entry["tags"] = [t[:200] for t in skill.tags if t][:50]
+        if skill.examples:
+            entry["examples"] = [e[:2000] for e in skill.examples][:50]
+        if skill.input_modes:
+            entry["inputModes"] = list(skill.input_modes)[:50]
+        if skill.output_modes:
+            entry["outputModes"] = list(skill.output_modes)[:50]
+        skills.append(entry)
+    return {
+        "name": card.name,
+        "description": card.description,
+        "skills": skills,
+        "input_modes": list(card.default_input_modes)[:50],
+        "output_modes": list(card.default_output_modes)[:50],
+    }
+
+
+def _sync(coroutine: Any) -> Any:
+    """Run a coroutine to its end from sync code, also where this thread runs an event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

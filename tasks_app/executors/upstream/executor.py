@@ -33,6 +33,7 @@ class A2AUpstreamExecutor(Executor):
     )
     settings_schema: ClassVar[dict] = config.SCHEMA
     rerunnable = False  # a second run would send the client's message to the upstream again
+    on_save = staticmethod(config.on_save)  # its card fetched and offered when an agent is saved
 
     def execute(self, ctx: AgentContext) -> None:
         settings = config.read(ctx.settings, ctx.secret)

@@ -1,12 +1,11 @@
 import json
 import sys
 
-from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from accounts import agent_kinds
+from accounts.agent_services import SECRET, AgentInvalid, agent_save
 from accounts.models import Agent, Tenant
-from accounts.services import AccountError, agent_ensure, agent_secret_check, agent_secret_generate, agent_secret_set
+from accounts.services import agent_secret_generate
 from tasks_app import executors
 
 # Card content the command sets, by option: (model field, parse as JSON).
@@ -22,16 +21,23 @@ CARD_OPTIONS = {
 
 
 class Command(BaseCommand):
-    # Here rather than in accounts: it checks the executor's name against the executors this
-    # install has, which live above accounts.
+    # Here rather than in accounts: its help lists the executors this install has, which live
+    # above accounts.
     help = "Create a tenant's agent, or bring an existing one up to the given options (idempotent)."
 
     def add_arguments(self, parser):
         parser.add_argument("tenant", help="tenant slug")
         parser.add_argument("slug", help="the agent's path segment")
         parser.add_argument("--executor", required=True, help="the agent's logic: " + ", ".join(executors.REGISTRY))
-        parser.add_argument("--name", help="its display name (default: the slug)")
-        parser.add_argument("--description", default="", help="the card's description")
+        parser.add_argument(
+            "--name",
+            help="its display name (default: a fronted agent's upstream's, else the slug; kept when not given)",
+        )
+        parser.add_argument(
+            "--description",
+            default="",
+            help="the card's description (default: a fronted agent's upstream's, else 'The <slug> agent.')",
+        )
         parser.add_argument("--public", action="store_true", help="anonymous callers may use it")
         parser.add_argument(
             "--sandbox", action="store_true", help="a shared sandbox: every caller sees every task (its card says so)"
@@ -53,32 +59,32 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="print a JSON object")
 
     def handle(self, *args, tenant, slug, executor, name, description, public, sandbox, executor_settings, **options):
+        # Checked and written by the one agent service, as the admin's form and the tenant API
+        # are: the same input gets the same answer. This process reads the same settings module
+        # as the server, from its own environment: a refusal names the setting that decides it.
         found = Tenant.objects.filter(slug=tenant).first()
         if found is None:
             raise CommandError(f"no tenant {tenant!r} (create_tenant makes one)")
-        if executor not in executors.REGISTRY:
-            raise CommandError(f"no executor {executor!r}; this install has {', '.join(sorted(executors.REGISTRY))}")
         try:
             parsed = json.loads(executor_settings)
         except ValueError as exc:
             raise CommandError(f"--executor-settings is not JSON: {exc}") from None
-        problems = agent_kinds.settings_problems(executor, parsed)
-        if problems:
-            raise CommandError("--executor-settings: " + "; ".join(problems))
-        defaults = {
-            "name": name or slug,
-            "description": description or f"The {slug} agent.",
+        values = {
             "executor": executor,
             "settings": parsed,
             "is_public": public,
             "shared_sandbox": sandbox,
+            **({"name": name} if name else {}),
+            **({"description": description} if description else {}),
             **self._card(options),
         }
-        self._check(found, slug, defaults)
         secret = self._secret(options)
-        agent = agent_ensure(tenant=found, slug=slug, defaults=defaults)
-        if secret is not None:
-            agent_secret_set(agent=agent, secret=secret)
+        existing = Agent.objects.filter(tenant=found, slug=slug).first()
+        try:
+            agent = agent_save(tenant=found, slug=slug, values=values, secret=secret, agent=existing)
+        except AgentInvalid as exc:
+            hint = " (give --generate-secret or --secret-stdin)" if SECRET in exc.problems else ""
+            raise CommandError(f"{exc}{hint}") from None
         shown = {"tenant": found.slug, "agent": agent.slug, "path": agent.path}
         if options["generate_secret"]:
             shown["secret"] = secret or ""
@@ -103,26 +109,9 @@ class Command(BaseCommand):
             values[field] = given
         return values
 
-    def _check(self, tenant: Tenant, slug: str, defaults: dict) -> None:
-        """The model's own validation, before anything is written: a bad link or list is
-        refused saying which, not stored."""
-        existing = Agent.objects.filter(tenant=tenant, slug=slug).first()
-        candidate = existing or Agent(tenant=tenant, slug=slug)
-        for field, value in defaults.items():
-            setattr(candidate, field, value)
-        try:
-            candidate.full_clean(validate_unique=False, validate_constraints=False)
-        except ValidationError as exc:
-            raise CommandError(
-                "; ".join(f"{field}: {' '.join(errors)}" for field, errors in exc.message_dict.items())
-            ) from None
-
     def _secret(self, options) -> str | None:
         if options["generate_secret"]:
             return agent_secret_generate()
         if not options["secret_stdin"]:
             return None
-        try:
-            return agent_secret_check(sys.stdin.readline().rstrip("\r\n"))
-        except AccountError as exc:
-            raise CommandError(f"--secret-stdin: {exc}") from None
+        return sys.stdin.readline().rstrip("\r\n")  # checked by the service, as any secret
