@@ -58,3 +58,23 @@ def test_the_store_is_read_only_in_the_admin_even_for_a_superuser(superuser, rpc
 
 def test_a_superuser_sees_a_missing_object_as_not_found(superuser, tenant):
     assert superuser.get("/admin/accounts/tenant/987654321/change/").status_code == 404
+
+
+def test_a_superuser_grants_a_tenant_installed_executors_on_its_page(superuser, tenant, monkeypatch):
+    from tasks_app.executors import REGISTRY, Executor, plugins
+
+    class Shouter(Executor):
+        name = "shouter"
+
+    monkeypatch.setitem(REGISTRY, "shouter", Shouter)
+    monkeypatch.setattr(plugins, "LOADED", [*plugins.LOADED, plugins.Loaded("shouter", "acme-agents 1.0", "a:S")])
+    page = superuser.get(f"/admin/accounts/tenant/{tenant.pk}/change/").content.decode()
+    assert 'value="shouter"' in page and 'value="echo"' not in page  # built-in ones need no grant
+    data = {"slug": "acme", "name": "Acme", "allowed_executors": ["shouter"]}
+    assert superuser.post(f"/admin/accounts/tenant/{tenant.pk}/change/", data).status_code == 302
+    tenant.refresh_from_db()
+    assert tenant.allowed_executors == ["shouter"]
+    del data["allowed_executors"]
+    superuser.post(f"/admin/accounts/tenant/{tenant.pk}/change/", data)
+    tenant.refresh_from_db()
+    assert tenant.allowed_executors == []

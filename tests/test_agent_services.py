@@ -412,3 +412,17 @@ def test_any_values_are_saved_or_refused_with_problems_and_a_refusal_stores_noth
     else:
         assert Agent.objects.get(pk=agent.pk).slug == slug
         Agent.objects.filter(pk=agent.pk).delete()
+
+
+def test_a_member_s_agent_page_offers_the_executors_their_tenant_may_use(tenant, plugin):
+    from tests.test_admin_detail import browser_for
+
+    agent = agent_save(tenant=tenant, slug="mine", values={"executor": "echo"})
+    owner = browser_for("owner", tenant=tenant, role="owner")
+    offered = owner.get(f"/admin/accounts/agent/{agent.pk}/change/").content.decode()
+    assert 'value="webhook"' in offered and f'value="{plugin}"' not in offered
+    tenant_executors_set(tenant=tenant, executors=[plugin])
+    assert f'value="{plugin}"' in owner.get(f"/admin/accounts/agent/{agent.pk}/change/").content.decode()
+    # Their tenant's page shows the grant, and they cannot change it.
+    page = owner.get(f"/admin/accounts/tenant/{tenant.pk}/change/").content.decode()
+    assert plugin in page and 'name="allowed_executors"' not in page

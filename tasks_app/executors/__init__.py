@@ -17,6 +17,8 @@ def executor_for(name: str) -> Executor | None:
 def executor_withdrawn(*, agent: str, executor: str) -> str | None:
     """At a run of `agent` ("tenant/agent"): why its installed executor may no longer run for
     its tenant (the operator withdrew the grant), or None; built-in executors cost no query."""
+    if executor not in plugins.from_distributions():  # the common case, on every run: no query, no kinds built
+        return None
     return selectors.executor_withdrawn(tenant_slug=agent.split("/", 1)[0], executor=executor)
 
 
