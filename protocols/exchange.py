@@ -31,7 +31,8 @@ from tasks_app.errors import (
     TaskNotFound,
     UnsupportedOperation,
 )
-from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure
+from tasks_app.lifecycle import SETTLED, TERMINAL, EventKind, Failure, public_text
+from tasks_app.parts import plain_text
 from tasks_app.waiting import wait_until_settled
 
 from . import contract, stream_slots
@@ -244,7 +245,10 @@ def answer_for(task_id: Any, history_length: int | None, *, as_reply: bool, bare
         raise TaskNotFound(f"task {task_id!r} not found")
     task, view = found
     if as_reply and task.failure == Failure.INVALID_RESPONSE:
-        raise InvalidAgentResponse(f"task {task.pk} failed: {selectors.failure_reason(task)}")
+        # The words the task's status message gives its client, never the admin's reason (which
+        # may quote the agent's endpoint and its answer).
+        said = plain_text(view.status_message.parts) if view.status_message is not None else ""
+        raise InvalidAgentResponse(f"task {task.pk} failed: {said or public_text(task.failure)}")
     if as_reply and bare and view.reply_only and view.status_message is not None:
         return Answer(reply=view.status_message)
     return Answer(task=view)

@@ -404,6 +404,30 @@ def test_an_a2a_1_0_client_and_its_push_receiver_see_the_failed_task_with_what_w
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_blocking_send_answered_with_an_unusable_answer_is_an_invalid_agent_response_in_the_client_s_words(
+    rpc, alice_key, tenant
+):
+    secret = agent_secret_generate()
+    endpoint = Endpoint(secret).start()
+    try:
+        endpoint.answer(Reply(200, "application/json", [(0, b'{"db-password": "zqhunter2", "Traceback": 1')]))
+        agent = make_agent(tenant, "garbled", "webhook", settings={"url": endpoint.url(), "retries": 0})
+        agent_secret_set(agent=agent, secret=secret)
+        response = rpc.send(agent.path, "hello", key=alice_key, configuration={"returnImmediately": False})
+    finally:
+        endpoint.stop()
+    error = response.error
+    assert error["code"] == -32006
+    message = error["message"]
+    stored = Task.objects.get(agent=agent)
+    # What the task's client reads as its status message, not the admin's reason.
+    assert status_text(stored) in message
+    no_leak(error, endpoint)
+    # The admin keeps the full reason, in the parser's words.
+    assert "not valid JSON: Expecting" in selectors.failure_reason(stored)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_a2a_1_0_http_json_client_sees_the_failed_task_with_what_went_wrong(rest, alice_key, failing_hook):
     agent, endpoint = failing_hook
     sent = rest("POST", agent.path, "message:send", key=alice_key, body={"message": user_message("hello")})
