@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -426,3 +427,16 @@ def test_a_member_s_agent_page_offers_the_executors_their_tenant_may_use(tenant,
     # Their tenant's page shows the grant, and they cannot change it.
     page = owner.get(f"/admin/accounts/tenant/{tenant.pk}/change/").content.decode()
     assert plugin in page and 'name="allowed_executors"' not in page
+
+
+@pytest.mark.parametrize("secret", [" padded", "é-accented", "x" * 1001])
+def test_a_secret_that_cannot_be_sent_in_a_header_gets_the_same_answer_everywhere(tenant, monkeypatch, secret):
+    expected = problems_of(tenant, "x", {"executor": "echo"}, secret=secret)
+    assert list(expected) == ["secret"]
+    form = new_agent_form(tenant, "x", {"executor": "echo"}, secret_action="set")
+    form.data["new_secret"] = secret
+    assert not form.is_valid() and form.errors["new_secret"] == expected["secret"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(secret + "\n"))
+    with pytest.raises(CommandError, match=re.escape(expected["secret"][0])):
+        call_command("create_agent", "acme", "x", "--executor", "echo", "--secret-stdin")
+    assert not Agent.objects.filter(slug="x").exists()
