@@ -17,6 +17,7 @@ def tenant(found: Tenant, role: str) -> dict[str, Any]:
         "created_at": found.created_at,
         "updated_at": found.updated_at,
         "your_role": role,
+        "allowed_executors": list(found.allowed_executors or []),
     }
 
 

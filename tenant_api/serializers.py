@@ -49,6 +49,10 @@ class TenantOut(serializers.Serializer):
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
     your_role = _choice(ROLES, help_text="The caller's role in the tenant API.")
+    allowed_executors = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Installed executors (plugins) the operator lets this tenant's agents use, besides the built-ins.",
+    )
 
 
 class TenantIn(serializers.Serializer):

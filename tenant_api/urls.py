@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from . import views, views_tasks
+from . import views, views_agents, views_tasks
 from .errors import not_found
 
 app_name = "tenant-api"
@@ -16,6 +16,8 @@ urlpatterns = [
     path(f"{T}keys/", views.KeysView.as_view(), name="keys"),
     path(f"{T}keys/<str:prefix>/", views.KeyView.as_view(), name="key"),
     path(f"{T}issuer/", views.IssuerView.as_view(), name="issuer"),
+    path(f"{T}agents/", views_agents.AgentsView.as_view(), name="agents"),
+    path(f"{T}agents/<slug:agent>/", views_agents.AgentView.as_view(), name="agent"),
     path(f"{T}tasks/", views_tasks.TasksView.as_view(), name="tasks"),
     path(f"{T}tasks/<str:task_id>/", views_tasks.TaskView.as_view(), name="task"),
     path(f"{T}tasks/<str:task_id>/cancel/", views_tasks.TaskCancelView.as_view(), name="task-cancel"),
