@@ -547,7 +547,12 @@ def _client_message_add(task: Task, message: NewMessage) -> Message:
     return _message_store(task=task, message=message, context_id=task.context_id)
 
 
-def task_cancel_as_operator(*, task_id: Any, reason: str) -> Task:
+# What a task's client is told of an operator's cancel when the operator gave no reason (AIP
+# shows a change's reason): who canceled stays in the admin's log, not with the client.
+OPERATOR_CANCEL_REASON = "canceled by the agent's operator"
+
+
+def task_cancel_as_operator(*, task_id: Any, reason: str = OPERATOR_CANCEL_REASON) -> Task:
     """An operator's cancel (the admin): the client's flow (`task_cancel`) on any task, not
     only the caller's: the agent notices on its next call, stream subscribers and push
     receivers hear the canceled status. TaskNotFound, or TaskNotCancelable once terminal."""

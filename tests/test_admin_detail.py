@@ -319,6 +319,18 @@ def test_cancel_from_the_admin_tells_the_agent_the_streams_and_push(bag, runs, t
     assert TaskEvent.objects.filter(task=task).count() == task.last_seq
 
 
+def test_a_cancel_without_a_reason_tells_the_client_an_operator_canceled_and_the_log_who(bag, runs, tenant):
+    task = task_in(TaskState.WORKING, bag)
+    operator = browser_for("zq-alice", tenant=tenant, role=Role.OPERATOR)
+    operator.post(page_url(task, "cancel/"), {"reason": ""})
+    last = TaskEvent.objects.filter(task=task).order_by("-seq").first()
+    assert last.payload["state"] == TaskState.CANCELED
+    # The client (AIP shows a change's reason) learns no operator's username; the log does.
+    assert last.payload["reason"] == services.OPERATOR_CANCEL_REASON
+    assert "zq-alice" not in json.dumps(last.payload)
+    assert logged(task, "zq-alice", f"Canceled: {services.OPERATOR_CANCEL_REASON}")
+
+
 def test_redispatch_gives_a_lost_run_a_fresh_token_and_sends_an_unclaimed_one_again(bag, runs, tenant, settings):
     settings.AGENT_TIME_LIMIT = 30
     operator = browser_for("operator", tenant=tenant, role=Role.OPERATOR)
