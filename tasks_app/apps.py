@@ -24,9 +24,8 @@ class TasksAppConfig(AppConfig):
                     schema=cls.settings_schema,
                     problems=cls.settings_problems,
                     built_in=name not in installed,
-                    # Optional in the Executor API (docs/executors.md, "Checked when saved").
-                    secret_required=bool(getattr(cls, "secret_required", False)),
-                    on_save=getattr(cls, "on_save", None),
+                    secret_required=bool(cls.secret_required),
+                    on_save=cls.on_save,
                 )
                 for name, cls in REGISTRY.items()
             }

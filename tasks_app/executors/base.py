@@ -5,6 +5,7 @@ so each one is persisted, logged as an event and visible to readers before it re
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
@@ -289,6 +290,11 @@ class Executor:
     # A JSON Schema (2020-12) of the agent's `settings`, checked when an agent is saved in the
     # admin or by create_agent, and shown in the admin's agent form.
     settings_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    # Checked when an agent is saved (docs/executors.md, "Checked when saved"): whether it
+    # cannot be saved without a secret, and a static method on_save(settings, secret) ->
+    # (problems, offered card content), e.g. a fronted agent's upstream card fetched.
+    secret_required: ClassVar[bool] = False
+    on_save: ClassVar[Callable[[dict[str, Any], str], tuple[list[str], dict[str, Any]]] | None] = None
 
     @classmethod
     def settings_problems(cls, values: dict[str, Any]) -> list[str]:
