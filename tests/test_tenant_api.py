@@ -463,3 +463,18 @@ def test_writes_are_throttled_per_caller_and_reads_are_not(client, world, settin
     # Another caller has its own allowance.
     assert api(client, "POST", f"{API}/ta/tasks/{world.a.task_id}/cancel/", world.a.keys["operator"])[0] == 200
     cache.clear()
+
+
+def test_an_owner_s_first_management_key_is_made_in_the_admin_s_key_form(client, world, django_user_model):
+    root = django_user_model.objects.create_superuser("root", "root@example.com", "pw-for-tests-only")
+    client.force_login(root)
+    tenant = world.a.objects["tenant"]
+    form = {"tenant": tenant.pk, "name": "first", "principal": "", "management_role": "owner"}
+    response = client.post("/admin/accounts/apikey/add/", form, follow=True)
+    assert response.status_code == 200
+    shown = next(m.message for m in response.context["messages"] if "ask_" in m.message)
+    plaintext = shown[shown.index("ask_") :].strip()
+    client.logout()
+    assert ApiKey.objects.get(name="first").management_role == "owner"
+    status, body = api(client, "GET", f"{API}/ta/", plaintext)
+    assert (status, body["your_role"]) == (200, "owner")
