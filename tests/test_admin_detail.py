@@ -443,8 +443,9 @@ def test_the_overview_counts_states_stuck_tasks_busy_agents_and_failing_endpoint
     assert str(lost.pk) in html and str(waiting.pk) in html
     assert "acme/bag" in html or "Bag" in html
     assert "broken.example.com" in html and "502: 1" in html
-    # The session, the user, the roles; five of tasks; one of push; two of Django's permissions.
-    assert len(queries) == 11
+    # The session, the user, the roles; five of tasks; one of push; one of agents whose
+    # executor cannot run them; two of Django's permissions.
+    assert len(queries) == 12
 
 
 def test_only_a_superuser_s_overview_shows_the_site_wide_queue(bag, runs, tenant, settings):
