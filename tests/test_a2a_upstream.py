@@ -842,3 +842,23 @@ def test_live_an_upstream_outside_the_allowed_networks_is_refused_by_the_guard(l
     kind, reason = failure({"id": task.id})
     assert kind == "misconfigured"
     assert reason.endswith(f"this address is not allowed: {host}") and "loopback" not in reason
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+def test_a_card_offering_a_plain_http_interface_is_used_only_where_plain_http_upstreams_are(settings, allowed):
+    from a2a.types import AgentCard, AgentInterface
+
+    from tasks_app.executors.upstream import card as cards
+    from tasks_app.executors.upstream.config import chosen_interface
+
+    card = AgentCard(name="u")
+    card.supported_interfaces.append(
+        AgentInterface(url="http://127.0.0.1:9/a2a", protocol_binding="JSONRPC", protocol_version="1.0")
+    )
+    settings.WEBHOOK_ALLOW_HTTP = allowed
+    if allowed:
+        assert chosen_interface(card, "auto").interface.url == "http://127.0.0.1:9/a2a"
+    else:
+        # At every run, not only when the agent was saved: the card may have changed since.
+        with pytest.raises(cards.CardProblem, match="WEBHOOK_ALLOW_HTTP"):
+            chosen_interface(card, "auto")

@@ -133,6 +133,16 @@ def _plain_http(url: str) -> bool:
     return urlsplit(url).scheme.lower() == "http" and not site.WEBHOOK_ALLOW_HTTP
 
 
+def chosen_interface(card: Any, protocol: str) -> cards.Chosen:
+    """The card's interface to use (card.choose), refused (CardProblem) where it is plain http
+    and this server fronts plain http upstreams only with WEBHOOK_ALLOW_HTTP: at every run, as
+    when the agent was saved, since the card may change in between."""
+    chosen = cards.choose(card, protocol)
+    if _plain_http(chosen.interface.url):
+        raise cards.CardProblem(f"offers {chosen.interface.url}, which {PLAIN_HTTP}")
+    return chosen
+
+
 def on_save(settings: dict[str, Any], secret: str) -> tuple[list[str], dict[str, Any]]:
     """Checked when a fronted agent is saved (docs/executors.md, "Checked when saved"): plain
     http only where webhooks may use it, the card fetched now through the outbound guard
@@ -150,18 +160,15 @@ def on_save(settings: dict[str, Any], secret: str) -> tuple[list[str], dict[str,
         found = _sync(
             cards.fetch(config.card_url, timeout=min(config.timeout, SAVE_TIMEOUT), headers=config.auth, fresh=True)
         )
-        chosen = cards.choose(found, config.protocol)
+        chosen = chosen_interface(found, config.protocol)
     except ssrf.Refused as exc:
         return [f"settings['url']: the upstream's card at {config.card_url} may not be fetched: {exc}"], {}
     except cards.CardProblem as exc:
         text = str(exc)
         where = "" if text.startswith("the upstream") else f"the upstream's card at {config.card_url} "
         return [f"settings['url']: {where}{text}"], {}
-    interface = chosen.interface.url
-    if _plain_http(interface):
-        return [f"settings['url']: the upstream's card offers {interface}, which {PLAIN_HTTP}"], {}
     try:
-        ssrf.check(interface, unresolvable_ok=True)
+        ssrf.check(chosen.interface.url, unresolvable_ok=True)
     except ssrf.Refused as exc:
         return [f"settings['url']: the upstream's card offers an interface at a refused address: {exc}"], {}
     return [], offered(found)

@@ -46,7 +46,7 @@ from outbound import transport
 
 from ...lifecycle import Failure
 from . import card as cards
-from .config import UpstreamConfig
+from .config import UpstreamConfig, chosen_interface
 from .translate import Action, Failed, Memory, Translator
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ async def cancel_task(config: UpstreamConfig, task_id: str) -> str:
     for input); what became of it, in words."""
     try:
         card = await cards.fetch(config.card_url, timeout=config.timeout, headers=config.auth)
-        chosen = cards.choose(card, config.protocol)
+        chosen = chosen_interface(card, config.protocol)
     except cards.CardProblem as exc:
         return f"the upstream's card cannot be used: {exc}"
     async with transport.guarded_client(timeout=config.timeout, max_body=config.max_body, headers=config.auth) as http:
@@ -249,7 +249,7 @@ class Session:
             self._put(Failed(str(exc), misconfigured=True, public=CARD_PUBLIC))
             return
         try:
-            chosen = cards.choose(card, config.protocol)
+            chosen = chosen_interface(card, config.protocol)
         except cards.CardProblem as exc:
             self._put(Failed(f"the upstream's card at {config.card_url} {exc}", misconfigured=True, public=CARD_PUBLIC))
             return
