@@ -2,13 +2,15 @@
 from an owner's management key, through the tenant API alone, a webhook agent with its secret
 (its endpoint tests/webhook_endpoint.py), a key for a client, a task sent to the agent over
 A2A, the task and its timeline read through the API, and a task canceled through the API. And
-the docs page as daphne serves it: every file it loads from this server."""
+the docs page as daphne serves it (every file it loads from this server), and hostile bodies
+across daphne (refused in JSON, nothing stored, no traceback in its log)."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 
 from accounts.services import agent_secret_generate, api_key_create, tenant_ensure
@@ -120,3 +122,32 @@ def test_the_docs_page_as_daphne_serves_it_loads_only_files_of_this_server(live)
         if "script" in urlsplit(url).query:
             schema_url = asset.text.split('url: "', 1)[1].split('"', 1)[0]
             assert httpx.get(f"{live.url}{schema_url}").status_code == 200
+
+
+def test_hostile_bodies_across_daphne_are_refused_in_json_and_change_nothing(live):
+    from tests import hostile
+
+    tenant = tenant_ensure(slug="initech", name="Initech")
+    _, owner_key = api_key_create(tenant=tenant, name="owner", management_role="owner")
+    headers = {"X-API-Key": owner_key, "Content-Type": "application/json"}
+    base = f"{live.url}/api/v1/tenants/initech"
+    template = b'{"slug": "x", "name": "X", "executor": "echo"}'
+    bodies = [breaker(template) for _, breaker in hostile.BODY_BREAKERS.elements]  # type: ignore[attr-defined]
+    bodies = [body for body in bodies if not _an_object(body)]  # those are requests, not hostile ones
+    bodies += [b'{"name": "\\u0000"}', b'{"name": "\\ud800"}', b'{"name": ' + b'"x"' * 3 + b"}", b"x" * (70 * 1024)]
+    for body in bodies:
+        for method, path in (("POST", "/agents/"), ("PATCH", "/"), ("POST", "/members/"), ("PUT", "/issuer/")):
+            response = httpx.request(method, f"{base}{path}", content=body, headers=headers, timeout=30)
+            assert response.status_code in (400, 413), (method, path, body[:80], response.text[:300])
+            assert response.json()["detail"]
+    tenant.refresh_from_db()
+    assert tenant.name == "Initech" and not tenant.agents.exists() and not tenant.memberships.exists()
+    for log in live.logs.glob("web*.log"):
+        assert "Traceback" not in log.read_text(errors="replace"), log
+
+
+def _an_object(body: bytes) -> bool:
+    try:
+        return isinstance(orjson.loads(body), dict)
+    except orjson.JSONDecodeError:
+        return False
