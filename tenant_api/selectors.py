@@ -66,7 +66,14 @@ def members_of(tenant: Tenant) -> QuerySet[Membership]:
     return Membership.objects.filter(tenant=tenant).select_related("user")
 
 
+def _storable(text: str, limit: int) -> bool:
+    """Whether `text` (a path segment) can name a stored row: Postgres text holds no NUL."""
+    return len(text) <= limit and "\x00" not in text
+
+
 def member_of(tenant: Tenant, username: str) -> Membership | None:
+    if not _storable(username, 150):
+        return None
     return members_of(tenant).filter(user__username=username).first()
 
 
@@ -75,6 +82,8 @@ def keys_of(tenant: Tenant) -> QuerySet[ApiKey]:
 
 
 def key_of(tenant: Tenant, prefix: str) -> ApiKey | None:
+    if not _storable(prefix, 16):
+        return None
     return keys_of(tenant).filter(prefix=prefix).first()
 
 

@@ -121,3 +121,37 @@ def test_text_postgres_cannot_store_is_refused_before_anything_is_stored(client,
     status, content = send(client, world, "PATCH", "/api/v1/tenants/{t}/", raw)
     check(status, content, before)
     assert status == 400 and "not usable JSON" in orjson.loads(content)["detail"]
+
+
+# Path segments that name objects, each replaced by what no object is called.
+ODD_SEGMENTS = [
+    "%00",
+    "a%00b",
+    "x" * 5000,
+    "%C3%A9" * 300,
+    "%E2%80%AE",
+    "..",
+    "%20",
+    "-1",
+    "0",
+    "1e400",
+    "%F0%9F%98%80",
+]
+NAMED = ["members/{}/", "keys/{}/", "tasks/{}/", "tasks/{}/cancel/", "push-configs/{}/", "deliveries/{}/"]
+
+
+@pytest.mark.parametrize("segment", ODD_SEGMENTS)
+def test_an_odd_object_name_in_a_path_is_404_never_an_error(client, world, segment):
+    before = stored()
+    for route in NAMED:
+        for method in ("GET", "POST", "PATCH", "DELETE"):
+            response = client.generic(
+                method,
+                f"{API}/ta/{route.format(segment)}",
+                b"{}",
+                "application/json",
+                HTTP_X_API_KEY=world.a.keys["owner"],
+            )
+            assert response.status_code in (404, 405), (method, route, response.content[:300])
+            assert orjson.loads(response.content)["detail"]
+    assert stored() == before
