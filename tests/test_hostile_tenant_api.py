@@ -155,3 +155,25 @@ def test_an_odd_object_name_in_a_path_is_404_never_an_error(client, world, segme
             assert response.status_code in (404, 405), (method, route, response.content[:300])
             assert orjson.loads(response.content)["detail"]
     assert stored() == before
+
+
+def _token_like(parts: list[str]) -> str:
+    return ".".join(parts)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(
+    credential=st.one_of(
+        st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=300),
+        st.builds(lambda s: f"ask_{s}", st.text(alphabet="0123456789abcdef_", max_size=80)),
+        st.lists(
+            st.text(alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef0123456789-_", max_size=60), min_size=3, max_size=5
+        ).map(_token_like),
+    ),
+    as_bearer=st.booleans(),
+)
+def test_no_credential_a_caller_makes_up_gets_in_or_breaks_anything(client, world, credential, as_bearer):
+    header = {"HTTP_AUTHORIZATION": f"Bearer {credential}"} if as_bearer else {"HTTP_X_API_KEY": credential}
+    response = client.get(f"{API}/ta/", **header)
+    assert response.status_code == 401, response.content
+    assert orjson.loads(response.content)["detail"]
