@@ -478,3 +478,23 @@ def test_an_owner_s_first_management_key_is_made_in_the_admin_s_key_form(client,
     assert ApiKey.objects.get(name="first").management_role == "owner"
     status, body = api(client, "GET", f"{API}/ta/", plaintext)
     assert (status, body["your_role"]) == (200, "owner")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"executor": "webhook", "settings": {"url": "http://127.0.0.2/agent"}},
+        {"executor": "webhook", "settings": {"url": 5}},
+        {"executor": "echo", "skills": [{"id": 1}], "input_modes": ["not a media type at all"]},
+        {"executor": "nope"},
+    ],
+)
+def test_the_api_refuses_an_agent_with_exactly_the_problems_the_agent_service_finds(client, world, values):
+    from accounts.agent_services import AgentInvalid, agent_check
+
+    with pytest.raises(AgentInvalid) as refused:
+        agent_check(tenant=world.a.objects["tenant"], slug="same", values={"name": "Same", **values})
+    status, body = api(client, "POST", f"{API}/ta/agents/", owner(world), {"slug": "same", "name": "Same", **values})
+    assert status == 400
+    expected = {("non_field_errors" if k == "__all__" else k): v for k, v in refused.value.problems.items()}
+    assert body["errors"] == expected
