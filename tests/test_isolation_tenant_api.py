@@ -91,13 +91,17 @@ METHODS = {
 def test_another_tenant_s_object_on_one_s_own_routes_is_exactly_an_object_that_does_not_exist(client, world, route):
     before = stored()
     theirs, absent = BY_ID[route](world.a)  # A's objects, and ids no object has ...
+    api(client, "GET", f"{API}/tb/", world.b.keys["owner"])  # its last use recorded now
     for method in METHODS[route]:
         body = {"role": "owner"} if method == "PATCH" else None
-        # ... asked for under B's own URL, by B's owner.
-        answer_theirs = api(client, method, f"{API}/tb/{theirs}", world.b.keys["owner"], body)
-        answer_absent = api(client, method, f"{API}/tb/{absent}", world.b.keys["owner"], body)
+        # ... asked for under B's own URL, by B's owner: the same answer, the same statements.
+        with CaptureQueriesContext(connection) as seen_theirs:
+            answer_theirs = api(client, method, f"{API}/tb/{theirs}", world.b.keys["owner"], body)
+        with CaptureQueriesContext(connection) as seen_absent:
+            answer_absent = api(client, method, f"{API}/tb/{absent}", world.b.keys["owner"], body)
         assert answer_theirs[0] == answer_absent[0] == 404, (method, route, answer_theirs)
         assert answer_theirs == answer_absent
+        assert len(seen_theirs) == len(seen_absent), (method, route)
     # Filters naming A's task list nothing of A's under B.
     for path in (
         f"tasks/?q={world.a.task_id}",
