@@ -63,7 +63,9 @@ class TenantForm(forms.ModelForm):
             known = agent_kinds.kinds()
             granted = list(self.instance.allowed_executors or []) if self.instance.pk else []
             names = sorted({n for n, kind in known.items() if not kind.built_in} | set(granted))
-            self.fields["allowed_executors"].choices = [
+            field = self.fields["allowed_executors"]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = [
                 (n, f"{n}: {known[n].description}" if n in known else f"{n} (not installed)") for n in names
             ]
 
@@ -204,7 +206,7 @@ class AgentForm(forms.ModelForm):
     def save(self, commit: bool = True) -> Agent:
         if self.errors or self.checked is None:
             raise ValueError("The agent could not be saved because its data didn't validate.")
-        self.save_m2m = lambda: None  # an agent has no many-to-many fields of its own
+        self.save_m2m = lambda: None  # type: ignore[method-assign]  # an agent has no many-to-many fields
         return self.write() if commit else self.instance
 
     def write(self) -> Agent:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, models, transaction
 
 from outbound import ssrf
 
@@ -318,6 +318,7 @@ def _offered(candidate: Agent, field: str, value: Any) -> Any:
     if value is None or _empty(value) or _storable(value, json_field=field in _JSON_FIELDS):
         return None
     model_field = Agent._meta.get_field(field)
+    assert isinstance(model_field, models.Field)  # the card's fields are the model's own, never relations
     if isinstance(value, str):
         value = value[: model_field.max_length] if model_field.max_length else value
     try:

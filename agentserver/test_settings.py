@@ -49,6 +49,7 @@ os.environ.setdefault("TENANT_API_WRITE_RATE", "")
 os.environ.setdefault("AIP_GROUP_FAILED_JOIN_AFTER", "0")
 
 from .settings import *  # noqa: E402,F403
+from .settings import DATABASES  # noqa: E402 - named, as it is changed below
 
 # WhiteNoise would warn at every test client's first request that STATIC_ROOT, never collected
 # into, does not exist.

@@ -17,8 +17,8 @@ from django.db.models import Q, QuerySet
 from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Tenant
 from protocols.oidc import MAX_TOKEN_LENGTH
 from push.models import PushConfig, PushDelivery
-from tasks_app.admin_list import matching_task_ids
 from tasks_app.models import Task
+from tasks_app.search import matching_task_ids
 
 
 class BadCursor(ValueError):

@@ -15,7 +15,8 @@ from django.utils import timezone
 from accounts.models import ApiKey, Membership, OidcIssuer
 from accounts.services import AccountError, agent_secret_generate, api_key_create, management_role_check
 from push.models import DeliveryState, PushConfig, PushDelivery
-from tasks_app.models import Task
+from tasks_app.models import Task, TaskEvent
+from tasks_app.services import OPERATOR_CANCEL_REASON
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
 from tests.tenant_api_world import API, ROUTE_COUNT, api, build, routes
 
@@ -255,7 +256,7 @@ def bearer(value: str) -> dict[str, str]:
     return {"HTTP_AUTHORIZATION": f"Bearer {value}"}
 
 
-def test_a_token_of_the_tenant_s_issuer_manages_with_the_role_its_claim_names(client, world, issuer_server):
+def test_a_token_of_the_tenant_s_issuer_manages_with_the_role_its_claim_names(client, world, issuer_server, caplog):
     _issuer(world, issuer_server)
     response = client.get(f"{API}/ta/", **bearer(token(sub="carol", agentserver_role="operator")))
     assert response.status_code == 200 and orjson.loads(response.content)["your_role"] == "operator"
@@ -269,7 +270,9 @@ def test_a_token_of_the_tenant_s_issuer_manages_with_the_role_its_claim_names(cl
     task = f"{API}/ta/tasks/{world.a.task_id}/cancel/"
     response = client.post(task, content_type="application/json", **bearer(token(agentserver_role="operator")))
     assert response.status_code == 200
-    assert "oidc:alice" in Task.objects.get(pk=world.a.task_id).status_changes.latest("id").reason
+    # Who canceled is in the log; the task's client is told an operator did.
+    assert f"task {world.a.task_id} canceled through the tenant API by oidc:alice" in caplog.text
+    assert "oidc:alice" not in Task.objects.get(pk=world.a.task_id).status_changes.latest("id").reason
 
 
 @pytest.mark.parametrize(
@@ -408,6 +411,15 @@ def test_a_task_is_read_with_its_timeline_and_canceled_once(client, world):
     assert read["timeline"][-1]["payload"].get("reason") == "enough"
     status, body = api(client, "POST", f"{API}/ta/tasks/{tid}/cancel/", world.a.keys["operator"])
     assert status == 409 and "already canceled" in body["detail"]
+
+
+def test_a_cancel_without_a_reason_tells_the_client_an_operator_canceled_not_which_key(client, world):
+    tid = world.b.task_id
+    status, _ = api(client, "POST", f"{API}/tb/tasks/{tid}/cancel/", world.b.keys["operator"])
+    assert status == 200
+    last = TaskEvent.objects.filter(task_id=tid).order_by("-seq").first()
+    assert last.payload["state"] == "canceled"
+    assert last.payload["reason"] == OPERATOR_CANCEL_REASON  # AIP clients read it
 
 
 # --- push -----------------------------------------------------------------------------------
