@@ -442,6 +442,27 @@ def rpc(client) -> Rpc:
     return Rpc(client)
 
 
+# --- a webhook agent's endpoint (tests/webhook_endpoint.py) ------------------------------
+
+
+@pytest.fixture
+def secret() -> str:
+    """A webhook agent's signing secret, in Standard Webhooks' form."""
+    from accounts.services import agent_secret_generate
+
+    return agent_secret_generate()
+
+
+@pytest.fixture
+def endpoint(secret):
+    """A webhook endpoint on 127.0.0.1 that checks each request's signature with `secret`."""
+    from tests.webhook_endpoint import Endpoint
+
+    running = Endpoint(secret).start()
+    yield running
+    running.stop()
+
+
 # --- the live stack: daphne + a Celery worker as subprocesses ---------------------------
 
 

@@ -33,7 +33,7 @@ from tasks_app.executors.webhook import Action, ActionError, ArtifactSpec, parse
 from tasks_app.lifecycle import SETTLED, Dialect, Failure, TaskState
 from tasks_app.models import Task
 from tests.conftest import make_agent, user_message
-from tests.webhook_endpoint import Endpoint, Reply, document, line, ndjson
+from tests.webhook_endpoint import Endpoint, Reply, document, line, ndjson, run_until_working
 
 ALICE = Principal("alice", api_key_id=1)
 A2A_FOLLOW_UP = contract.follow_up(Dialect.A2A_1_0)  # the tasks here are 1.0 tasks
@@ -169,18 +169,6 @@ def test_the_agent_form_checks_the_schema_first(settings):
 
 
 # --- runs against a real endpoint ---------------------------------------------------------------
-
-
-@pytest.fixture
-def secret() -> str:
-    return agent_secret_generate()
-
-
-@pytest.fixture
-def endpoint(secret):
-    running = Endpoint(secret).start()
-    yield running
-    running.stop()
 
 
 def webhook_agent(tenant, secret: str | None, url: str, slug: str = "hook", **settings: Any):
@@ -684,7 +672,6 @@ def test_a_500_is_not_tried_again(hook, endpoint):
 def test_a_task_canceled_while_its_endpoint_is_quiet_stops_the_run_and_closes_the_connection(
     tenant, secret, endpoint, monkeypatch
 ):
-    from django.db import connection
 
     from tasks_app import dispatch
 
@@ -693,20 +680,7 @@ def test_a_task_canceled_while_its_endpoint_is_quiet_stops_the_run_and_closes_th
     endpoint.answer(Reply(chunks=[(0, WORKING), (1.5, line({"type": "complete"})), (0.1, WORKING)]))
     message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "hello"}])
     task, _ = services.message_receive(agent=agent, principal=ALICE, message=message, follow_up=A2A_FOLLOW_UP)
-    outcome: list[str] = []
-
-    def work() -> None:
-        try:
-            outcome.append(runner.run(task_id=task.pk, run_token=str(task.run_token)))
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while selectors.task_state(task.pk) != TaskState.WORKING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    worker, outcome = run_until_working(task)
     canceled_at = time.monotonic()
     services.task_cancel_as_operator(task_id=task.pk, reason="an operator stopped it")
     worker.join(10)

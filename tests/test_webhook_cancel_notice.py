@@ -8,17 +8,15 @@ by a notice. Against the test endpoint on 127.0.0.1 (tests/webhook_endpoint.py),
 from __future__ import annotations
 
 import socket
-import threading
 import time
 import uuid
 from datetime import datetime
 
 import httpx
 import pytest
-from django.db import connection
 
 from accounts.selectors import Principal
-from accounts.services import agent_secret_generate, agent_secret_set
+from accounts.services import agent_secret_set
 from protocols import contract
 from tasks_app import dispatch, runner, selectors, services
 from tasks_app.domain import NewMessage
@@ -26,25 +24,13 @@ from tasks_app.executors import webhook
 from tasks_app.lifecycle import Dialect, TaskState
 from tasks_app.models import Task
 from tests.conftest import make_agent, user_message
-from tests.webhook_endpoint import Endpoint, Reply, line, ndjson
+from tests.webhook_endpoint import Reply, line, ndjson, run_until_working
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the notice's job is enqueued after the cancel commits
 ALICE = Principal("alice", api_key_id=1)
 FOLLOW_UP = contract.follow_up(Dialect.A2A_1_0)
 ASK = ndjson({"type": "input-required", "message": "About what?"})
 TAKEN = Reply(204, None)
-
-
-@pytest.fixture
-def secret() -> str:
-    return agent_secret_generate()
-
-
-@pytest.fixture
-def endpoint(secret):
-    running = Endpoint(secret).start()
-    yield running
-    running.stop()
 
 
 @pytest.fixture
@@ -192,20 +178,7 @@ def test_a_task_canceled_while_a_request_is_open_is_told_by_its_closing_not_by_a
     task = send(hook)
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # this test runs the follow-up, in a thread
     follow_up = send(hook, "rivers", task_id=task.pk)
-    outcome: list[str] = []
-
-    def work() -> None:
-        try:
-            outcome.append(runner.run(task_id=follow_up.pk, run_token=str(follow_up.run_token)))
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=work)
-    worker.start()
-    deadline = time.monotonic() + 10
-    while selectors.task_state(task.pk) != TaskState.WORKING:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    worker, outcome = run_until_working(follow_up)
     cancel(hook, task)
     worker.join(10)
     assert outcome == ["closed"]

@@ -159,3 +159,28 @@ class Endpoint:
             self.server.shutdown()
             self.server.server_close()
             self._thread.join()
+
+
+def run_until_working(task: Any) -> tuple[threading.Thread, list[str]]:
+    """Run the task's run in a thread of its own, as a worker would, and return once the task is
+    working: the thread, and (once it is joined) what the run returned."""
+    from django.db import connection
+
+    from tasks_app import runner, selectors
+    from tasks_app.lifecycle import TaskState
+
+    outcome: list[str] = []
+
+    def work() -> None:
+        try:
+            outcome.append(runner.run(task_id=task.pk, run_token=str(task.run_token)))
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    deadline = time.monotonic() + 10
+    while selectors.task_state(task.pk) != TaskState.WORKING:
+        assert time.monotonic() < deadline, "the run never made the task working"
+        time.sleep(0.02)
+    return worker, outcome
