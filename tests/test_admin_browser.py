@@ -6,7 +6,8 @@ task, and checks that the admin's stylesheet is applied, not only linked.
 `make test` installs chromium and chromium-driver when they are missing and it can (apt-get, as
 root). Without them this test fails and says so; AGENTSERVER_NO_BROWSER=1 skips it instead, on a
 machine known to have no browser. A screenshot of each page it checks goes to ARTIFACTS_DIR
-(default test-artifacts/, git-ignored)."""
+(default test-artifacts/, git-ignored). The API's docs page is checked the same way: it renders,
+loading nothing from anywhere but this server."""
 
 from __future__ import annotations
 
@@ -216,3 +217,23 @@ def test_a_superuser_logs_in_filters_the_tasks_and_reads_one_in_a_styled_admin(
     assert_styled(browser)
     shot = screenshot(browser, "admin-task-detail")
     assert shot.stat().st_size > 10_000  # a page, not a blank
+
+
+def test_the_api_docs_page_renders_both_apis_with_no_request_off_the_machine(browser, server):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(f"{server}/api/docs/")
+    # Swagger UI builds the page from the OpenAPI document it fetched: its operations are there.
+    WebDriverWait(browser, WAIT).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".opblock")) > 20)
+    paths = browser.execute_script(
+        "return [...document.querySelectorAll('.opblock-summary-path')].map(e => e.getAttribute('data-path'))"
+    )
+    assert any(p.startswith("/api/v1/tenants/{slug}/") for p in paths), paths[:10]
+    assert any(p.startswith("/api/registry/") for p in paths), paths[:10]
+    # Everything the page loaded, scripts, styles, images and the document itself, came from here.
+    loaded = browser.execute_script(
+        "return [location.href, ...performance.getEntriesByType('resource').map(e => e.name)]"
+    )
+    assert len(loaded) > 3 and all(url.startswith(f"{server}/") for url in loaded), loaded
+    screenshot(browser, "api-docs")
