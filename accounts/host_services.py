@@ -65,9 +65,17 @@ def _card_version(value: str) -> str:
 
 
 def _taken(name: str, agent: Agent) -> None:
-    holder = AgentHost.objects.filter(host=name, proven_at__isnull=False).exclude(agent=agent).first()
-    if holder is not None:
-        raise AccountError(f"{name} is bound to another agent ({holder.agent}): unbind it there first")
+    holder = (
+        AgentHost.objects.select_related("agent__tenant")
+        .filter(host=name, proven_at__isnull=False)
+        .exclude(agent=agent)
+        .first()
+    )
+    if holder is None:
+        return
+    if holder.agent.tenant_id != agent.tenant_id:  # another tenant's agent is not named to this one
+        raise AccountError(f"{name} is bound to another agent, of another tenant")
+    raise AccountError(f"{name} is bound to another agent ({holder.agent}): unbind it there first")
 
 
 def host_bind(*, agent: Agent, host: str, card_version: str = "", by: Any = None) -> AgentHost:

@@ -62,3 +62,25 @@ def group_tasks_open(membership_pk: int) -> list[GroupTask]:
 
 def group_task_find(membership_pk: int, task_key: str) -> GroupTask | None:
     return GroupTask.objects.filter(membership_id=membership_pk, task_id=task_key).first()
+
+
+# --- a tenant's memberships, as its members read them (the admin, the tenant API) ------------
+
+
+def memberships_of_tenant(tenant_id: int) -> QuerySet[GroupMembership]:
+    """The group memberships of the tenant's agents, with the agent and the Leader's credential
+    (the key, the issuer) it came by. The sealed access token is deferred: it is never shown."""
+    return (
+        GroupMembership.objects.filter(agent__tenant_id=tenant_id)
+        .select_related("agent", "api_key", "oidc_issuer")
+        .defer("access_token_sealed")
+    )
+
+
+def membership_of_tenant(tenant_id: int, pk: int) -> GroupMembership | None:
+    return memberships_of_tenant(tenant_id).filter(pk=pk).first()
+
+
+def membership_tasks(membership_pk: int) -> QuerySet[GroupTask]:
+    """The tasks a member took in its group, oldest first (the admin's inline)."""
+    return GroupTask.objects.filter(membership_id=membership_pk).order_by("pk")

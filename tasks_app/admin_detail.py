@@ -8,8 +8,10 @@ inherits first.
   attempts). Its query count does not depend on how many events, messages or artifacts it shows.
 - The actions (POST, CSRF, each in the admin log; operators, owners and superusers): cancel
   (`services.task_cancel_as_operator`, the client's cancel flow), re-dispatch a stuck run
-  (`services.task_redispatch`, what the sweeper does), export as JSON.
-- A file part's stored bytes, as a download (anyone who may see the task).
+  (`services.task_redispatch_as_operator`, what the sweeper does), export as JSON; the tenant
+  API offers the same through the same services.
+- A file part's stored bytes, as a download (anyone who may see the task; `selectors.task_file`,
+  which the tenant API serves too).
 - The overview (`overview/`): counts by state, stuck tasks, busiest agents, the broker's queue
   depth (superusers only: the queue is every tenant's), and the sections above the store add
   (push: failing endpoints).
@@ -23,7 +25,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -45,12 +46,11 @@ from accounts.models import Agent, Role
 from . import encoders, selectors, services
 from .errors import TaskNotCancelable, TaskNotFound
 from .lifecycle import TERMINAL, EventKind, TaskState
-from .models import ACTIVE_STATES, Task
+from .models import Task
 
 TIMELINE_PAGE_SIZE = 200
 # Larger encodings are not inlined in the page: the export has them.
 RAW_JSON_INLINE_LIMIT = 200_000
-_MEDIA_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
 
 
 # --- sections the apps above the store add -------------------------------------------------
@@ -394,11 +394,7 @@ class TaskDetailAdmin:
 
     def _stuck(self, task: Task) -> bool:
         """A run no worker claimed, or one claimed longer ago than the agents' time limit."""
-        if task.state not in ACTIVE_STATES or task.run_token is None:
-            return False
-        if task.run_claimed_at is None:
-            return True
-        return (timezone.now() - task.run_claimed_at).total_seconds() > settings.AGENT_TIME_LIMIT
+        return selectors.redispatch_refusal(task, time_limit=settings.AGENT_TIME_LIMIT) is None
 
     def _page_links(self, timeline: selectors.Timeline) -> list[tuple[str, str]]:
         if timeline.pages == 1:
@@ -478,9 +474,10 @@ class TaskDetailAdmin:
             task = self._acting_on(request, object_id)
         except _NotAllowed:
             return HttpResponseNotAllowed(["POST"])
-        token = services.task_redispatch(task_id=task.pk, time_limit=settings.AGENT_TIME_LIMIT)
-        if token is None:
-            self.message_user(request, "The task is not stuck: nothing was sent again.", messages.WARNING)
+        try:
+            token = services.task_redispatch_as_operator(task_id=task.pk, time_limit=settings.AGENT_TIME_LIMIT)
+        except (services.TaskNotStuck, TaskNotFound) as exc:
+            self.message_user(request, f"The task is not stuck: {exc}. Nothing was sent again.", messages.WARNING)
             return self._back(task)
         self.log_change(request, task, f"Re-dispatched (run {token}).")
         self.message_user(request, "The task's run was sent to the workers again.")
@@ -517,19 +514,11 @@ class TaskDetailAdmin:
 
     def file_view(self, request: HttpRequest, object_id: str, source: str, ref: int, index: int) -> HttpResponse:
         task = self._visible_task(request, object_id)
-        part = selectors.task_part(task, source=source, ref=ref, index=index)
-        if part is None or part.get("type") != "file" or not isinstance(part.get("bytes"), str):
+        found = selectors.task_file(task, source=source, ref=ref, index=index)
+        if found is None:
             raise Http404("No such file.")
-        try:
-            raw = base64.b64decode(part["bytes"], validate=True)
-        except (binascii.Error, ValueError):
-            raise Http404("No such file.") from None
-        media_type = str(part.get("media_type") or "")
-        response = HttpResponse(
-            raw, content_type=media_type if _MEDIA_TYPE.match(media_type) else "application/octet-stream"
-        )
-        name = str(part.get("name") or "") or f"task-{task.pk}-{source}-{ref}-{index}"
-        response["Content-Disposition"] = content_disposition_header(True, name)
+        response = HttpResponse(found.content, content_type=found.media_type)
+        response["Content-Disposition"] = content_disposition_header(True, found.name)
         response["X-Content-Type-Options"] = "nosniff"
         return response
 

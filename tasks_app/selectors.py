@@ -4,17 +4,20 @@ see is indistinguishable from one that does not exist."""
 from __future__ import annotations
 
 import base64
+import binascii
+import re
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from accounts.models import Agent
 from accounts.selectors import Principal
@@ -23,8 +26,8 @@ from . import parts as P
 from . import sql, storable
 from .domain import ArtifactView, LoggedMessage, LoggedStatus, MessageView, TaskRecord, TaskView, parse_task_id
 from .errors import InvalidParams
-from .lifecycle import EventKind, Role, TaskState
-from .models import Artifact, Message, StatusChange, Task, TaskEvent
+from .lifecycle import TERMINAL, EventKind, Role, TaskState
+from .models import ACTIVE_STATES, Artifact, Message, StatusChange, Task, TaskEvent
 
 
 def caller_task_q(*, agent: Agent, principal: Principal, task_id: str) -> Q | None:
@@ -526,6 +529,54 @@ def task_part(task: Task, *, source: str, ref: int, index: int) -> dict[str, Any
     else:
         return None
     return parts[index] if 0 <= index < len(parts) and isinstance(parts[index], dict) else None
+
+
+# A media type sent as a download's Content-Type only when it is this plain (no parameters,
+# nothing a header could be split on); else application/octet-stream.
+_MEDIA_TYPE = re.compile(r"^[\w.+-]+/[\w.+-]+$")
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A file part's stored bytes, as the admin and the tenant API serve them (an attachment)."""
+
+    content: bytes
+    media_type: str  # safe as a Content-Type: the part's own if plain, else application/octet-stream
+    name: str  # the part's name, or one made of where it is stored
+
+
+def task_file(task: Task, *, source: str, ref: int, index: int) -> StoredFile | None:
+    """The bytes of the task's file part `index` of its event `ref` (by seq, `source` "event")
+    or its message `ref` (by id, "message"); None for what is not a file part with valid bytes."""
+    part = task_part(task, source=source, ref=ref, index=index)
+    if part is None or part.get("type") != "file" or not isinstance(part.get("bytes"), str):
+        return None
+    try:
+        raw = base64.b64decode(part["bytes"], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    media_type = str(part.get("media_type") or "")
+    name = str(part.get("name") or "") or f"task-{task.pk}-{source}-{ref}-{index}"
+    return StoredFile(raw, media_type if _MEDIA_TYPE.match(media_type) else "application/octet-stream", name)
+
+
+def redispatch_refusal(task: Task, *, time_limit: int, now: datetime | None = None) -> str | None:
+    """Why an operator's re-dispatch of `task` would send nothing, in a sentence; None when
+    its run is stuck (no worker claimed it, or one claimed it more than `time_limit` seconds
+    ago) and would be sent again (services.task_redispatch)."""
+    if task.state in TERMINAL:
+        return f"the task is {task.state}: it has no run to send"
+    if task.state not in ACTIVE_STATES or task.run_token is None:
+        return f"the task is {task.state}, waiting for its client: it has no run to send"
+    if task.run_claimed_at is None:
+        return None
+    elapsed = ((now or timezone.now()) - task.run_claimed_at).total_seconds()
+    if elapsed > time_limit:
+        return None
+    return (
+        f"a worker claimed its run {int(elapsed)} s ago, within the agents' time limit ({time_limit} s): "
+        "it may still be running"
+    )
 
 
 def task_events_all(task: Task) -> list[TimelineEvent]:

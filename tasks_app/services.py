@@ -62,7 +62,7 @@ from .models import (
     TenantStorage,
 )
 from .parts import Part, PartError, validate_all
-from .selectors import caller_task_q, message_view, run_inputs
+from .selectors import caller_task_q, message_view, redispatch_refusal, run_inputs
 
 log = logging.getLogger(__name__)
 
@@ -1105,6 +1105,25 @@ def task_redispatch(*, task_id: Any, time_limit: int) -> uuid.UUID | None:
     if fresh is not None:
         transaction.on_commit(lambda: dispatch.enqueue_run(task_id=pk, run_token=fresh))
     return fresh
+
+
+class TaskNotStuck(Exception):
+    """An operator's re-dispatch that sent nothing: why, in a sentence."""
+
+
+def task_redispatch_as_operator(*, task_id: Any, time_limit: int) -> uuid.UUID:
+    """The admin's and the tenant API's re-dispatch (`task_redispatch`): the run token sent
+    (enqueued once the caller's transaction commits); TaskNotFound, or TaskNotStuck saying why
+    nothing was sent (a finished task, one waiting for its client, a run within its time)."""
+    fresh = task_redispatch(task_id=task_id, time_limit=time_limit)
+    if fresh is not None:
+        return fresh
+    pk = parse_task_id(str(task_id))
+    task = Task.objects.filter(pk=pk).first() if pk is not None else None
+    if task is None:
+        raise TaskNotFound(f"task {task_id!r} not found")
+    # Read after the refusal: a run that changed in between is explained as it is now.
+    raise TaskNotStuck(redispatch_refusal(task, time_limit=time_limit) or "its run was sent again meanwhile")
 
 
 # --- The tenants' stored bytes ----------------------------------------------------------

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Tenant
+from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
+from groups.models import GroupMembership, GroupTask
 from push.models import PushConfig, PushDelivery
 from tasks_app.models import Task
 from tasks_app.selectors import Timeline
@@ -160,4 +161,67 @@ def delivery(found: PushDelivery) -> dict[str, Any]:
         "last_error": found.last_error,
         "created_at": found.created_at,
         "delivered_at": found.delivered_at,
+    }
+
+
+def host(found: AgentHost, instructions: dict[str, str]) -> dict[str, Any]:
+    return {
+        "host": found.host,
+        "card_version": found.card_version,
+        "state": "bound" if found.proven_at is not None else "pending",
+        "proof": found.proof,
+        "proven_at": found.proven_at,
+        "created_at": found.created_at,
+        "instructions": instructions,
+    }
+
+
+# What a membership shows: the admin's fields; never the sealed access token, nor the
+# identity the rate limit counts an anonymous Leader by (its address).
+MEMBERSHIP_FIELDS = (
+    "owner",
+    "member_aic",
+    "group_id",
+    "leader_aic",
+    "protocol",
+    "partners",
+    "host",
+    "address",
+    "port",
+    "vhost",
+    "username",
+    "exchange",
+    "exchange_type",
+    "routing_key",
+    "queue",
+    "connection_name",
+    "node_name",
+    "state",
+    "state_reason",
+    "credential",
+    "credential_expires_at",
+    "muted",
+    "created_at",
+    "updated_at",
+    "joined_at",
+    "left_at",
+)
+
+
+def group_membership(found: GroupMembership) -> dict[str, Any]:
+    return {
+        "id": found.pk,
+        "agent": found.agent.slug,
+        **{field: getattr(found, field) for field in MEMBERSHIP_FIELDS},
+        "api_key": found.api_key.prefix if found.api_key is not None else None,
+        "oidc_issuer": found.oidc_issuer.issuer if found.oidc_issuer is not None else None,
+    }
+
+
+def group_task(found: GroupTask) -> dict[str, Any]:
+    return {
+        "task": found.task_id,
+        "published_seq": found.published_seq,
+        "done": found.done,
+        "created_at": found.created_at,
     }

@@ -14,7 +14,10 @@ import jwt
 from django.db import connections
 from django.db.models import Q, QuerySet
 
-from accounts.models import Agent, ApiKey, Membership, OidcIssuer, Tenant
+from accounts.hosts import host_name
+from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
+from groups import selectors as group_selectors
+from groups.models import GroupMembership, GroupTask
 from protocols.oidc import MAX_TOKEN_LENGTH
 from push.models import PushConfig, PushDelivery
 from tasks_app.models import Task
@@ -97,6 +100,17 @@ def agents_of(tenant: Tenant) -> QuerySet[Agent]:
 
 def agent_of(tenant: Tenant, slug: str) -> Agent | None:
     return agents_of(tenant).filter(slug=slug).first()
+
+
+def hosts_of(agent: Agent) -> QuerySet[AgentHost]:
+    return AgentHost.objects.filter(agent=agent)
+
+
+def host_of(agent: Agent, host: str) -> AgentHost | None:
+    """The agent's claim or binding of `host` (a name as typed: any case, a final dot, IDNA or not)."""
+    name = host_name(host) if _storable(host, 300) else None
+    # Looked up even for no name, so that what matches nothing costs what a name would.
+    return hosts_of(agent).filter(host=name or "").first()
 
 
 # --- keyset pages ---------------------------------------------------------------------------
@@ -229,3 +243,45 @@ def deliveries_of(tenant: Tenant, *, state: str | None = None, task_id: str | No
 
 def delivery_of(tenant: Tenant, pk: int) -> PushDelivery | None:
     return deliveries_of(tenant).filter(pk=pk).first()
+
+
+# --- AIP group memberships ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MembershipFilter:
+    """The admin's filters and search (groups.admin) as the API takes them."""
+
+    agent: str | None = None
+    state: str | None = None
+    credential: str | None = None
+    muted: bool | None = None
+    q: str | None = None
+
+
+def memberships_of(tenant: Tenant, found: MembershipFilter) -> QuerySet[GroupMembership]:
+    memberships = group_selectors.memberships_of_tenant(tenant.pk)
+    if found.agent:
+        memberships = memberships.filter(agent__slug=found.agent)
+    if found.state:
+        memberships = memberships.filter(state=found.state)
+    if found.credential is not None:
+        memberships = memberships.filter(credential=found.credential)
+    if found.muted is not None:
+        memberships = memberships.filter(muted=found.muted)
+    term = (found.q or "").strip()
+    if term:
+        memberships = memberships.filter(Q(group_id=term) | Q(leader_aic=term) | Q(member_aic=term) | Q(owner=term))
+    return memberships
+
+
+def membership_of(tenant: Tenant, pk: int) -> GroupMembership | None:
+    return group_selectors.membership_of_tenant(tenant.pk, pk)
+
+
+def membership_tasks(membership: GroupMembership, *, page: int, per_page: int) -> tuple[list[GroupTask], int, int]:
+    """A page of the tasks the member took (oldest first), the page shown and how many there are."""
+    tasks = group_selectors.membership_tasks(membership.pk)
+    pages = max(1, -(-tasks.count() // per_page))
+    page = min(page, pages)
+    return list(tasks[(page - 1) * per_page : page * per_page]), page, pages

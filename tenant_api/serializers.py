@@ -9,7 +9,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from accounts.models import SLUG_LENGTH, Role
+from accounts.models import SLUG_LENGTH, HostProof, Role, RootCard
+from groups.models import Credential, MembershipState
 from push.models import ConfigStatus, DeliveryState
 from registry.api.serializers import ErrorOut
 from tasks_app.lifecycle import Dialect, TaskState
@@ -363,3 +364,118 @@ class DeliveriesOut(serializers.Serializer):
 
 class DeliveryDetailOut(DeliveryOut):
     attempt_log = AttemptOut(many=True)
+
+
+# --- agents' host names ---------------------------------------------------------------------
+
+
+class HostOut(serializers.Serializer):
+    host = serializers.CharField(help_text="Lower-case, IDNA-encoded, without a port.")
+    card_version = _choice(
+        RootCard.choices, help_text='The card a request naming no A2A version gets at the root ("": 1.0\'s).'
+    )
+    state = _choice(["pending", "bound"], help_text="pending: claimed, served nowhere until proven.")
+    proof = _choice(["", *HostProof.values], help_text="How it was bound (empty while pending).")
+    proven_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    instructions = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="While pending, what to publish and where: the DNS TXT record (`dns_name`, `dns_type`, "
+        "`dns_value`) or the file (`http_url`, `http_content`); empty once bound.",
+    )
+
+
+class HostsOut(serializers.Serializer):
+    results = HostOut(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class HostClaimIn(serializers.Serializer):
+    host = serializers.CharField(
+        max_length=300, help_text="A DNS name or an IP address (no scheme, no path), not one of the server's own."
+    )
+    card_version = _choice(RootCard.choices, required=False, default="")
+
+
+class HostVerifyIn(serializers.Serializer):
+    method = _choice(
+        [HostProof.DNS.value, HostProof.HTTP.value],
+        help_text="dns: the TXT record at `_agentserver-verification.<host>`; http: the well-known file.",
+    )
+
+
+class HostVerifyOut(serializers.Serializer):
+    bound = serializers.BooleanField(help_text="Whether the name is bound to the agent now.")
+    detail = serializers.CharField(help_text="What the proof found, in a sentence.")
+    host = HostOut()
+
+
+# --- AIP group memberships ------------------------------------------------------------------
+
+
+class GroupMembershipQuery(PageQuery):
+    agent = serializers.SlugField(required=False, max_length=SLUG_LENGTH, help_text="The agent's slug.")
+    state = _choice(MembershipState.choices, required=False)
+    credential = _choice(Credential.choices, required=False)
+    muted = serializers.BooleanField(required=False, allow_null=True, default=None)
+    q = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=1000,
+        help_text="A group id, a Leader's or member's AIC or an owner, exactly (the admin's search).",
+    )
+
+
+class GroupMembershipOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    agent = serializers.CharField(help_text="The agent's slug.")
+    owner = serializers.CharField(help_text="The principal of the Leader that invited the agent.")
+    member_aic = serializers.CharField()
+    group_id = serializers.CharField()
+    leader_aic = serializers.CharField()
+    protocol = serializers.CharField()
+    partners = serializers.JSONField()
+    host = serializers.CharField(help_text="The broker, as the Leader named it.")
+    address = serializers.CharField(help_text="The address it resolved to and passed the outbound guard.")
+    port = serializers.IntegerField()
+    vhost = serializers.CharField()
+    username = serializers.CharField(help_text="The broker login (its access token is never shown).")
+    exchange = serializers.CharField()
+    exchange_type = serializers.CharField()
+    routing_key = serializers.CharField()
+    queue = serializers.CharField()
+    connection_name = serializers.CharField()
+    node_name = serializers.CharField()
+    state = _choice(MembershipState.choices)
+    state_reason = serializers.CharField()
+    credential = _choice(Credential.choices)
+    api_key = serializers.CharField(allow_null=True, help_text="The prefix of the Leader's API key, if by one.")
+    oidc_issuer = serializers.CharField(allow_null=True, help_text="The issuer of the Leader's token, if by one.")
+    credential_expires_at = serializers.DateTimeField(allow_null=True)
+    muted = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    joined_at = serializers.DateTimeField(allow_null=True)
+    left_at = serializers.DateTimeField(allow_null=True)
+
+
+class GroupMembershipsOut(serializers.Serializer):
+    results = GroupMembershipOut(many=True)
+    next = serializers.CharField(allow_null=True)
+
+
+class GroupTaskOut(serializers.Serializer):
+    task = serializers.UUIDField(help_text="The task's id in this API (tasks/<id>/).")
+    published_seq = serializers.IntegerField(help_text="Updates up to this event went out to the group.")
+    done = serializers.BooleanField(help_text="The task is over and its last update went out.")
+    created_at = serializers.DateTimeField()
+
+
+class GroupMembershipDetailOut(GroupMembershipOut):
+    tasks = GroupTaskOut(many=True, help_text="The tasks it took in the group, oldest first, a page at a time.")
+    tasks_page = serializers.IntegerField()
+    tasks_pages = serializers.IntegerField()
+
+
+class GroupMembershipDetailQuery(serializers.Serializer):
+    tasks_page = serializers.IntegerField(required=False, default=1, min_value=1, max_value=10_000_000)

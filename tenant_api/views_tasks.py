@@ -1,15 +1,22 @@
-"""The tenant's tasks (the admin's list, filters and search; a task with its timeline; cancel),
-its tasks' push configs (read, delete) and the delivery log (read, retry a dead delivery).
+"""The tenant's tasks (the admin's list, filters and search; a task with its timeline and its
+files; cancel, re-dispatch), its tasks' push configs (read, delete) and the delivery log (read,
+retry a dead delivery).
 
-Viewers read; operators cancel, delete configs and retry deliveries, through the services the
-admin's actions use (tasks_app.services.task_cancel_as_operator, push.services)."""
+Viewers read; operators cancel, re-dispatch, delete configs and retry deliveries, through the
+services the admin's actions use (tasks_app.services.task_cancel_as_operator and
+task_redispatch_as_operator, push.services); a file is the admin's download
+(tasks_app.selectors.task_file)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from django.conf import settings
+from django.http import HttpResponse
+from django.utils.http import content_disposition_header
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -123,6 +130,74 @@ class TaskCancelView(TenantView):
         log.info("task %s canceled through the tenant API by %s", task.pk, self.manager(request).name)
         task.refresh_from_db()
         return Response(s.TaskOut(represent.task(task)).data)
+
+
+class TaskRedispatchView(TenantView):
+    roles = OPERATOR_WRITES
+
+    @extend_schema(
+        operation_id="tenant_tasks_redispatch",
+        tags=[TAG],
+        summary="Re-dispatch a stuck run (operators)",
+        description="The admin's re-dispatch, what the sweeper does: a run no worker claimed is sent to the "
+        "workers again; one claimed longer ago than the agents' time limit (its worker lost) gets a fresh token "
+        "and is sent again. 409, saying why, when there is nothing to send (the task is finished or waits for "
+        "its client, or its run is within its time). No body is read.",
+        request=None,
+        responses={200: s.TaskOut, **errors(409, 429)},
+    )
+    def post(self, request: Request, slug: str, task_id: str) -> Response:
+        task = selectors.task_of(self.tenant(request), task_id)
+        if task is None:
+            raise missing("task")
+        try:
+            token = task_services.task_redispatch_as_operator(task_id=task.pk, time_limit=settings.AGENT_TIME_LIMIT)
+        except task_services.TaskNotStuck as exc:
+            raise Conflict(f"nothing to re-dispatch: {exc}") from None
+        except TaskNotFound:
+            raise missing("task") from None
+        log.info(
+            "task %s re-dispatched (run %s) through the tenant API by %s", task.pk, token, self.manager(request).name
+        )
+        task.refresh_from_db()
+        return Response(s.TaskOut(represent.task(task)).data)
+
+
+class TaskFileView(TenantView):
+    """A file part's stored bytes, as the admin's task page offers them: an attachment, its
+    media type only when plain, never sniffed."""
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # The file is what it is, whatever the client accepts; a refusal is JSON.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        operation_id="tenant_tasks_file",
+        tags=[TAG],
+        summary="A file part's bytes",
+        description="The part `index` (from 0) of the task's event `ref` (its `seq`, source `event`: a status "
+        "message's or an artifact's parts) or of its user message `ref` (source `message`), when it is a file "
+        "stored as bytes: a download (`Content-Disposition: attachment`), with the part's media type when it is "
+        "a plain one (else application/octet-stream) and `X-Content-Type-Options: nosniff`. 404 for any other part.",
+        parameters=[
+            OpenApiParameter("source", OpenApiTypes.STR, OpenApiParameter.PATH, enum=["event", "message"]),
+            OpenApiParameter("ref", OpenApiTypes.INT, OpenApiParameter.PATH),
+            OpenApiParameter("index", OpenApiTypes.INT, OpenApiParameter.PATH),
+        ],
+        responses={
+            (200, "*/*"): OpenApiResponse(OpenApiTypes.BINARY, description="The file's bytes."),
+            **errors(),
+        },
+    )
+    def get(self, request: Request, slug: str, task_id: str, source: str, ref: int, index: int) -> HttpResponse:
+        task = selectors.task_of(self.tenant(request), task_id)
+        found = task_selectors.task_file(task, source=source, ref=ref, index=index) if task is not None else None
+        if found is None:
+            raise missing("file part of this task" if task is not None else "task")
+        response = HttpResponse(found.content, content_type=found.media_type)
+        response["Content-Disposition"] = content_disposition_header(True, found.name)
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
 
 
 # --- push configs ---------------------------------------------------------------------------

@@ -1,10 +1,13 @@
 """Two tenants as the tenant API's tests see them (tests/test_tenant_api*.py, the isolation and
 hostile tests): tenant A ("ta") with a management key of each role and one without, members of
-each role, an agent, a task with a push config and a dead delivery; tenant B ("tb") with the same
-objects under the same names, and an owner's key."""
+each role, an agent with a pending claim of a host name, a task whose run no worker claimed (its
+message holds a file) with a push config and a dead delivery, an AIP group membership that took
+the task; tenant B ("tb") with the same objects under the same names (its own host name), and an
+owner's key."""
 
 from __future__ import annotations
 
+import base64
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +17,12 @@ from tests.conftest import make_agent, user_message
 
 HOOK = "https://push.example/hook"
 API = "/api/v1/tenants"
+FILE = b"notes, with a NUL \x00 and <b>markup</b>"
+
+
+def host_of(slug: str) -> str:
+    """The host name the side's agent claimed (each side its own)."""
+    return f"{slug}.hosts.example.test"
 
 
 @dataclass
@@ -25,6 +34,8 @@ class Side:
     delivery_pk: int
     key_prefix: str  # the prefix of its "spare" key (not used to call)
     objects: dict[str, Any] = field(default_factory=dict)
+    message_pk: int = 0  # the task's user message, whose part 1 is a file
+    membership_pk: int = 0
 
 
 @dataclass
@@ -38,22 +49,29 @@ def headers(key: str | None) -> dict[str, str]:
 
 
 def api(client, method: str, path: str, key: str | None = None, body: Any = None, **extra: Any):
-    """One call of the tenant API: (status, JSON body or None)."""
+    """One call of the tenant API: (status, JSON body, the bytes of anything else, or None)."""
     data = orjson.dumps(body) if body is not None and not isinstance(body, bytes) else body
     response = getattr(client, method.lower())(
         path, data=data, content_type="application/json", headers={**headers(key), **extra}
     )
     content = response.content
-    return response.status_code, (orjson.loads(content) if content else None)
+    if not content:
+        return response.status_code, None
+    is_json = response.get("Content-Type", "").startswith("application/json")
+    return response.status_code, (orjson.loads(content) if is_json else content)
 
 
 def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
+    from accounts import sealing
+    from accounts.host_services import host_claim
     from accounts.services import api_key_create, member_add, oidc_issuer_set, tenant_ensure
+    from groups.models import Credential, GroupMembership, GroupTask, MembershipState
     from push.models import DeliveryState, PushConfig, PushDelivery
-    from tasks_app.models import TaskEvent
+    from tasks_app.models import Message, TaskEvent
 
     tenant = tenant_ensure(slug=slug, name=name)
-    make_agent(tenant, "echo", "echo")
+    agent = make_agent(tenant, "echo", "echo")
+    host_claim(agent=agent, host=host_of(slug))
     oidc_issuer_set(
         tenant=tenant, issuer=f"https://id.example/{slug}", audience="agentserver", jwks_url="https://id.example/jwks"
     )
@@ -65,11 +83,14 @@ def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
     }
     spare, _ = api_key_create(tenant=tenant, name="spare", principal="spare-bot")
     caller = {"X-API-Key": keys[""], "A2A-Version": "1.0"}
+    text = f"private text of {slug}"
+    attached = {"raw": base64.b64encode(FILE).decode(), "mediaType": "text/plain", "filename": f"{slug}-notes.txt"}
+    message = user_message(text, parts=[{"text": text}, attached])
     send = {
         "jsonrpc": "2.0",
         "id": 1,
         "method": "SendMessage",
-        "params": {"message": user_message(f"private text of {slug}"), "configuration": {"returnImmediately": True}},
+        "params": {"message": message, "configuration": {"returnImmediately": True}},
     }
     response = client.post(
         f"/agents/{slug}/echo/", data=orjson.dumps(send), content_type="application/json", headers=caller
@@ -98,7 +119,40 @@ def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
     delivery = PushDelivery.objects.create(
         config=config, event=event, seq=event.seq, state=DeliveryState.DEAD, attempts=4, last_error="refused"
     )
-    return Side(slug, keys, task_id, config.pk, delivery.pk, spare.prefix, {"tenant": tenant})
+    membership = GroupMembership.objects.create(
+        agent=agent,
+        owner="spare-bot",
+        group_id=f"group-of-{slug}",
+        leader_aic=f"aic:leader-of-{slug}",
+        member_aic=f"aic:echo-of-{slug}",
+        protocol="rabbitmq:4.0",
+        partners=[f"aic:partner-of-{slug}"],
+        host="broker.example.test",
+        address="192.0.2.10",
+        port=5671,
+        vhost="/",
+        username=f"member-{slug}",
+        access_token_sealed=sealing.seal(f"leader-token-of-{slug}"),
+        exchange="group",
+        queue=f"echo-{slug}",
+        connection_name=f"echo-{slug}",
+        state=MembershipState.ACTIVE,
+        credential=Credential.KEY,
+        api_key=spare,
+    )
+    GroupTask.objects.create(membership=membership, task_id=task_id, published_seq=1)
+    message_pk = Message.objects.get(task_id=task_id, message_id=message["messageId"]).pk
+    return Side(
+        slug,
+        keys,
+        task_id,
+        config.pk,
+        delivery.pk,
+        spare.prefix,
+        {"tenant": tenant},
+        message_pk=message_pk,
+        membership_pk=membership.pk,
+    )
 
 
 def build(client, django_user_model) -> World:
@@ -115,6 +169,7 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
     """Every route of the tenant API with its methods, for `side`'s objects: (method, path,
     least role, body). Writes come last, reads first, destructive ones at the very end."""
     t = f"{API}/{side.slug}"
+    host = host_of(side.slug)
     return [
         ("GET", f"{t}/", "viewer", None),
         ("GET", f"{t}/members/", "viewer", None),
@@ -130,6 +185,11 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
         ("GET", f"{t}/push-configs/{side.config_pk}/", "viewer", None),
         ("GET", f"{t}/deliveries/", "viewer", None),
         ("GET", f"{t}/deliveries/{side.delivery_pk}/", "viewer", None),
+        ("GET", f"{t}/tasks/{side.task_id}/files/message/{side.message_pk}/1/", "viewer", None),
+        ("GET", f"{t}/agents/echo/hosts/", "viewer", None),
+        ("GET", f"{t}/agents/echo/hosts/{host}/", "viewer", None),
+        ("GET", f"{t}/group-memberships/", "viewer", None),
+        ("GET", f"{t}/group-memberships/{side.membership_pk}/", "viewer", None),
         ("PATCH", f"{t}/", "owner", {"name": "Renamed"}),
         ("POST", f"{t}/members/", "owner", {"username": "bob", "role": "viewer"}),
         ("PATCH", f"{t}/members/vera/", "owner", {"role": "operator"}),
@@ -144,9 +204,13 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
         ("PATCH", f"{t}/agents/echo/", "owner", {"description": "changed"}),
         ("POST", f"{t}/tasks/{side.task_id}/cancel/", "operator", {}),
         ("POST", f"{t}/deliveries/{side.delivery_pk}/retry/", "operator", None),
+        ("POST", f"{t}/tasks/{side.task_id}/redispatch/", "operator", {}),
+        ("POST", f"{t}/agents/echo/hosts/", "owner", {"host": "claimed.example.test", "card_version": "0.3"}),
+        ("POST", f"{t}/agents/echo/hosts/{host}/verify/", "owner", {"method": "http"}),
         ("DELETE", f"{t}/push-configs/{side.config_pk}/", "operator", None),
         ("DELETE", f"{t}/members/vera/", "owner", None),
         ("DELETE", f"{t}/keys/{side.key_prefix}/", "owner", None),
+        ("DELETE", f"{t}/agents/echo/hosts/{host}/", "owner", None),
         ("DELETE", f"{t}/agents/echo/", "owner", None),
         ("DELETE", f"{t}/issuer/", "owner", None),
     ]

@@ -7,17 +7,18 @@ its own tenant's routes and others' alike. Nothing a refusal answers changes any
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounts.models import ApiKey, Membership, OidcIssuer
+from accounts.models import AgentHost, ApiKey, Membership, OidcIssuer
 from push.models import PushConfig, PushDelivery
 from tasks_app.models import Task
 from tests.oidc_issuer import AUDIENCE, Issuer, token
-from tests.tenant_api_world import API, ROUTE_COUNT, Side, api, build, routes
+from tests.tenant_api_world import API, ROUTE_COUNT, Side, api, build, host_of, routes
 
 
 @pytest.fixture
@@ -31,10 +32,11 @@ def stored() -> tuple:
         sorted(Membership.objects.values_list("tenant_id", "user_id", "role")),
         sorted(ApiKey.objects.values_list("prefix", "revoked_at", "management_role")),
         sorted(OidcIssuer.objects.values_list("tenant_id", "issuer", "jwks_url", "role_claim")),
-        sorted(Task.objects.values_list("id", "state")),
+        sorted(Task.objects.values_list("id", "state", "run_token", "run_requested_at")),
         sorted(PushConfig.objects.values_list("pk", "deleted_at")),
         sorted(PushDelivery.objects.values_list("pk", "state", "attempts")),
         sorted((str(a.tenant_id), a.slug, a.description, a.is_active) for a in _agents()),
+        sorted(AgentHost.objects.values_list("agent_id", "host", "card_version", "proof", "proven_at")),
     )
 
 
@@ -46,7 +48,7 @@ def _agents():
 
 def nowhere(side: Side) -> Side:
     """The same routes on a tenant that does not exist."""
-    return Side("no-such-tenant", side.keys, side.task_id, side.config_pk, side.delivery_pk, side.key_prefix)
+    return dataclasses.replace(side, slug="no-such-tenant", objects={})
 
 
 @pytest.mark.parametrize("index", range(ROUTE_COUNT))
@@ -75,6 +77,17 @@ BY_ID = {
     "deliveries/{id}/": lambda s: (f"deliveries/{s.delivery_pk}/", "deliveries/999999/"),
     "deliveries/{id}/retry/": lambda s: (f"deliveries/{s.delivery_pk}/retry/", "deliveries/999999/retry/"),
     "members/{username}/": lambda s: ("members/vera/", "members/nobody-at-all/"),
+    "tasks/{id}/redispatch/": lambda s: (f"tasks/{s.task_id}/redispatch/", f"tasks/{uuid.uuid4()}/redispatch/"),
+    "tasks/{id}/files/…/": lambda s: (
+        f"tasks/{s.task_id}/files/message/{s.message_pk}/1/",
+        f"tasks/{uuid.uuid4()}/files/message/{s.message_pk}/1/",
+    ),
+    "agents/echo/hosts/{host}/": lambda s: (f"agents/echo/hosts/{host_of(s.slug)}/", "agents/echo/hosts/no.example/"),
+    "agents/echo/hosts/{host}/verify/": lambda s: (
+        f"agents/echo/hosts/{host_of(s.slug)}/verify/",
+        "agents/echo/hosts/no.example/verify/",
+    ),
+    "group-memberships/{id}/": lambda s: (f"group-memberships/{s.membership_pk}/", "group-memberships/999999/"),
 }
 METHODS = {
     "tasks/{id}/": ["GET"],
@@ -84,6 +97,11 @@ METHODS = {
     "deliveries/{id}/": ["GET"],
     "deliveries/{id}/retry/": ["POST"],
     "members/{username}/": ["GET", "PATCH", "DELETE"],
+    "tasks/{id}/redispatch/": ["POST"],
+    "tasks/{id}/files/…/": ["GET"],
+    "agents/echo/hosts/{host}/": ["GET", "DELETE"],
+    "agents/echo/hosts/{host}/verify/": ["POST"],
+    "group-memberships/{id}/": ["GET"],
 }
 
 
@@ -93,7 +111,7 @@ def test_another_tenant_s_object_on_one_s_own_routes_is_exactly_an_object_that_d
     theirs, absent = BY_ID[route](world.a)  # A's objects, and ids no object has ...
     api(client, "GET", f"{API}/tb/", world.b.keys["owner"])  # its last use recorded now
     for method in METHODS[route]:
-        body = {"role": "owner"} if method == "PATCH" else None
+        body = {"role": "owner"} if method == "PATCH" else {"method": "http"} if route.endswith("verify/") else None
         # ... asked for under B's own URL, by B's owner: the same answer, the same statements.
         with CaptureQueriesContext(connection) as seen_theirs:
             answer_theirs = api(client, method, f"{API}/tb/{theirs}", world.b.keys["owner"], body)
@@ -107,6 +125,7 @@ def test_another_tenant_s_object_on_one_s_own_routes_is_exactly_an_object_that_d
         f"tasks/?q={world.a.task_id}",
         f"push-configs/?task={world.a.task_id}",
         f"deliveries/?task={world.a.task_id}",
+        f"group-memberships/?q=group-of-{world.a.slug}",
     ):
         status, body = api(client, "GET", f"{API}/tb/{path}", world.b.keys["owner"])
         assert (status, body["results"]) == (200, [])

@@ -18,7 +18,7 @@ from push.models import DeliveryState, PushConfig, PushDelivery
 from tasks_app.models import Task, TaskEvent
 from tasks_app.services import OPERATOR_CANCEL_REASON
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
-from tests.tenant_api_world import API, ROUTE_COUNT, api, build, routes
+from tests.tenant_api_world import API, ROUTE_COUNT, api, build, host_of, routes
 
 ROLES = ["viewer", "operator", "owner"]
 RANK = {role: n for n, role in enumerate(ROLES)}
@@ -69,7 +69,10 @@ def test_the_route_table_covers_every_operation_the_schema_documents(client, wor
             .replace("/members/vera/", "/members/{username}/")
             .replace("/agents/echo/", "/agents/{agent}/")
             .replace(f"/push-configs/{side.config_pk}/", "/push-configs/{id}/")
-            .replace(f"/deliveries/{side.delivery_pk}/", "/deliveries/{id}/"),
+            .replace(f"/deliveries/{side.delivery_pk}/", "/deliveries/{id}/")
+            .replace(f"/hosts/{host_of(side.slug)}/", "/hosts/{host}/")
+            .replace(f"/files/message/{side.message_pk}/1/", "/files/{source}/{ref}/{index}/")
+            .replace(f"/group-memberships/{side.membership_pk}/", "/group-memberships/{id}/"),
         )
         for method, path, _, _ in routes(side)
     }

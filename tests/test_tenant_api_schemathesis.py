@@ -23,7 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from tests.tenant_api_world import build
+from tests.tenant_api_world import build, host_of
 
 application = get_wsgi_application()
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application).include(path_regex="^/api/v1/")
@@ -40,13 +40,19 @@ CHECKS = [
 
 def test_the_document_holds_every_operation_of_the_tenant_api():
     operations = {(op.method.upper(), op.path) for result in schema.get_all_operations() for op in [result.ok()]}
-    assert len(operations) == 28
+    assert len(operations) == 37
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/deliveries/{id}/retry/") in operations
+    assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/redispatch/") in operations
+    assert ("GET", "/api/v1/tenants/{slug}/tasks/{task_id}/files/{source}/{ref}/{index}/") in operations
+    assert ("POST", "/api/v1/tenants/{slug}/agents/{agent}/hosts/{host}/verify/") in operations
+    assert ("GET", "/api/v1/tenants/{slug}/group-memberships/{id}/") in operations
 
 
 @pytest.fixture
 def world(transactional_db, client, django_user_model, settings):
+    # A host's DNS proof asks the test settings' loopback nameserver, which answers nothing.
+    settings.REGISTRY_PROOF_TIMEOUT = 0.2
     return build(client, django_user_model)
 
 
@@ -63,7 +69,17 @@ def test_no_request_gets_a_server_error_or_an_answer_the_document_does_not_descr
             "prefix": side.key_prefix,
             "username": "vera",
             "agent": "echo",
-            "id": side.delivery_pk if "/deliveries/" in case.path else side.config_pk,
+            "id": (
+                side.delivery_pk
+                if "/deliveries/" in case.path
+                else side.membership_pk
+                if "/group-memberships/" in case.path
+                else side.config_pk
+            ),
+            "host": host_of(side.slug),
+            "source": "message",
+            "ref": side.message_pk,
+            "index": 1,
         }
         params.update({name: known[name] for name in params if name in known})
         case.path_parameters = params
