@@ -1,20 +1,31 @@
 """The issue's done-when, across the live stack (daphne + a Celery worker, tests/conftest.py):
 from an owner's management key, through the tenant API alone, a webhook agent with its secret
 (its endpoint tests/webhook_endpoint.py), a key for a client, a task sent to the agent over
-A2A, the task and its timeline read through the API, and a task canceled through the API. And
+A2A, the task and its timeline read through the API, and a task canceled through the API; a
+lost run re-dispatched through the API and finished by the worker. And
 the docs page as daphne serves it (every file it loads from this server), and hostile bodies
 across daphne (refused in JSON, nothing stored, no traceback in its log)."""
 
 from __future__ import annotations
 
+import time
+import uuid
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 import httpx
 import orjson
 import pytest
+from django.utils import timezone
 
+from accounts.selectors import Principal
 from accounts.services import agent_secret_generate, api_key_create, tenant_ensure
-from tests.conftest import user_message
+from protocols import contract
+from tasks_app import dispatch, parts, services
+from tasks_app.domain import NewMessage
+from tasks_app.lifecycle import Dialect
+from tasks_app.models import Task
+from tests.conftest import make_agent, user_message
 from tests.test_api_docs import page_refs, same_origin
 from tests.webhook_endpoint import Endpoint, ndjson
 
@@ -109,6 +120,34 @@ def test_an_owner_s_key_alone_makes_a_webhook_agent_sends_it_a_task_reads_its_ti
     # The agent's card is the API's content, served by daphne.
     card = httpx.get(f"{live.url}/agents/globex/hook/.well-known/agent-card.json").json()
     assert card["name"] == "Hook" and card["description"].startswith("A webhook agent made through the API.")
+
+
+def test_an_operator_s_re_dispatch_of_a_lost_run_reaches_a_worker_that_finishes_the_task(live, monkeypatch):
+    tenant = tenant_ensure(slug="umbrella", name="Umbrella")
+    agent = make_agent(tenant, "echo", "echo")
+    _, operator_key = api_key_create(tenant=tenant, name="operator", management_role="operator")
+    # A run a worker claimed a minute ago and never finished (its worker lost): this process
+    # sends nothing, and the live stack runs no sweeper.
+    monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)
+    message = NewMessage(message_id=str(uuid.uuid4()), role="user", parts=[parts.text("lost and found")])
+    task = services.message_receive(
+        agent=agent, principal=Principal(name="alice"), message=message, follow_up=contract.follow_up(Dialect.A2A_1_0)
+    )[0]
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now() - timedelta(minutes=1))
+    lost = Task.objects.get(pk=task.pk)
+
+    api = httpx.Client(base_url=f"{live.url}/api/v1/tenants/umbrella", headers={"X-API-Key": operator_key}, timeout=30)
+    sent = api.post(f"/tasks/{task.pk}/redispatch/")
+    assert sent.status_code == 200, sent.text
+    deadline = time.monotonic() + 30
+    while api.get(f"/tasks/{task.pk}/").json()["state"] != "completed":
+        assert time.monotonic() < deadline, api.get(f"/tasks/{task.pk}/").text
+        time.sleep(0.2)
+    done = Task.objects.get(pk=task.pk)
+    assert done.run_token != lost.run_token and done.run_retries == lost.run_retries + 1
+    # Finished, it has nothing more to send.
+    again = api.post(f"/tasks/{task.pk}/redispatch/")
+    assert again.status_code == 409 and "completed" in again.json()["detail"]
 
 
 def test_the_docs_page_as_daphne_serves_it_loads_only_files_of_this_server(live):
