@@ -566,8 +566,10 @@ def redispatch_refusal(task: Task, *, time_limit: int, now: datetime | None = No
     ago) and would be sent again (services.task_redispatch)."""
     if task.state in TERMINAL:
         return f"the task is {task.state}: it has no run to send"
-    if task.state not in ACTIVE_STATES or task.run_token is None:
+    if task.state not in ACTIVE_STATES:
         return f"the task is {task.state}, waiting for its client: it has no run to send"
+    if task.run_token is None:
+        return f"the task is {task.state} with no run to send"
     if task.run_claimed_at is None:
         return None
     elapsed = ((now or timezone.now()) - task.run_claimed_at).total_seconds()
