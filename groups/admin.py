@@ -7,7 +7,7 @@ from django.contrib import admin
 
 from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin, TenantScopedTabularInline
 
-from .models import GroupMembership, GroupTask
+from .models import SHOWN_FIELDS, GroupMembership, GroupTask
 
 
 class GroupTaskInline(ReadOnlyForEveryone, TenantScopedTabularInline):
@@ -28,38 +28,6 @@ class GroupMembershipAdmin(ReadOnlyForEveryone, TenantScopedAdmin):
     search_fields = ("=group_id", "=leader_aic", "=member_aic", "=owner")
     ordering = ("-created_at",)
     show_facets = admin.ShowFacets.NEVER
-    # Every field but the sealed token, which is not even shown sealed, and the rate-limit
-    # identity (an anonymous Leader's address).
-    fields = (
-        "agent",
-        "owner",
-        "member_aic",
-        "group_id",
-        "leader_aic",
-        "protocol",
-        "partners",
-        "host",
-        "address",
-        "port",
-        "vhost",
-        "username",
-        "exchange",
-        "exchange_type",
-        "routing_key",
-        "queue",
-        "connection_name",
-        "node_name",
-        "state",
-        "state_reason",
-        "credential",
-        "api_key",
-        "oidc_issuer",
-        "credential_expires_at",
-        "muted",
-        "created_at",
-        "updated_at",
-        "joined_at",
-        "left_at",
-    )
+    fields = SHOWN_FIELDS  # never the sealed token nor the rate-limit identity
     readonly_fields = fields
     inlines = (GroupTaskInline,)

@@ -102,6 +102,42 @@ class GroupMembership(models.Model):
         return f"{self.member_aic} in {self.group_id} (leader {self.leader_aic}, {self.state})"
 
 
+# What a reader of a membership (the admin, the tenant API) is shown, in this order: every field
+# but the sealed access token, which is not even shown sealed, and the identity the rate limit
+# counts an anonymous Leader by (its address).
+SHOWN_FIELDS = (
+    "agent",
+    "owner",
+    "member_aic",
+    "group_id",
+    "leader_aic",
+    "protocol",
+    "partners",
+    "host",
+    "address",
+    "port",
+    "vhost",
+    "username",
+    "exchange",
+    "exchange_type",
+    "routing_key",
+    "queue",
+    "connection_name",
+    "node_name",
+    "state",
+    "state_reason",
+    "credential",
+    "api_key",
+    "oidc_issuer",
+    "credential_expires_at",
+    "muted",
+    "created_at",
+    "updated_at",
+    "joined_at",
+    "left_at",
+)
+
+
 class GroupTask(models.Model):
     """A task a member took in its group, and how far its updates went out to the exchange:
     the runner resumes following it from `published_seq` after a restart."""

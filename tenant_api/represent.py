@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
-from groups.models import GroupMembership, GroupTask
+from groups.models import SHOWN_FIELDS, GroupMembership, GroupTask
 from push.models import PushConfig, PushDelivery
 from tasks_app.models import Task
 from tasks_app.selectors import Timeline
@@ -176,46 +176,18 @@ def host(found: AgentHost, instructions: dict[str, str]) -> dict[str, Any]:
     }
 
 
-# What a membership shows: the admin's fields; never the sealed access token, nor the
-# identity the rate limit counts an anonymous Leader by (its address).
-MEMBERSHIP_FIELDS = (
-    "owner",
-    "member_aic",
-    "group_id",
-    "leader_aic",
-    "protocol",
-    "partners",
-    "host",
-    "address",
-    "port",
-    "vhost",
-    "username",
-    "exchange",
-    "exchange_type",
-    "routing_key",
-    "queue",
-    "connection_name",
-    "node_name",
-    "state",
-    "state_reason",
-    "credential",
-    "credential_expires_at",
-    "muted",
-    "created_at",
-    "updated_at",
-    "joined_at",
-    "left_at",
-)
+# A membership's related objects, as the API names them.
+_MEMBERSHIP_RELATED = {
+    "agent": lambda m, _: m.agent.slug,
+    "api_key": lambda m, _: m.api_key.prefix if m.api_key is not None else None,
+    "oidc_issuer": lambda m, _: m.oidc_issuer.issuer if m.oidc_issuer is not None else None,
+}
 
 
 def group_membership(found: GroupMembership) -> dict[str, Any]:
-    return {
-        "id": found.pk,
-        "agent": found.agent.slug,
-        **{field: getattr(found, field) for field in MEMBERSHIP_FIELDS},
-        "api_key": found.api_key.prefix if found.api_key is not None else None,
-        "oidc_issuer": found.oidc_issuer.issuer if found.oidc_issuer is not None else None,
-    }
+    """What the admin shows of it (groups.models.SHOWN_FIELDS): never its access token."""
+    shown = {field: _MEMBERSHIP_RELATED.get(field, getattr)(found, field) for field in SHOWN_FIELDS}
+    return {"id": found.pk, **shown}
 
 
 def group_task(found: GroupTask) -> dict[str, Any]:
