@@ -498,6 +498,8 @@ SPECTACULAR_SETTINGS = {
         "DialectEnum": "tasks_app.lifecycle.Dialect",
         "DeliveryStateEnum": "push.models.DeliveryState",
         "PushConfigStatusEnum": "push.models.ConfigStatus",
+        "GroupMembershipStateEnum": "groups.models.MembershipState",
+        "HostStateEnum": "tenant_api.serializers.HOST_STATES",
     },
 }
 

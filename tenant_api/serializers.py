@@ -30,6 +30,10 @@ def _choice(choices: Any, **kwargs: Any) -> serializers.ChoiceField:
     return serializers.ChoiceField(choices=choices, error_messages=_one_of(values), **kwargs)
 
 
+# A host name of an agent: claimed, or proven and served.
+HOST_STATES = ["pending", "bound"]
+
+
 ROLES = [Role.VIEWER.value, Role.OPERATOR.value, Role.OWNER.value]
 MANAGEMENT_ROLES = ["", *ROLES]
 
@@ -374,7 +378,7 @@ class HostOut(serializers.Serializer):
     card_version = _choice(
         RootCard.choices, help_text='The card a request naming no A2A version gets at the root ("": 1.0\'s).'
     )
-    state = _choice(["pending", "bound"], help_text="pending: claimed, served nowhere until proven.")
+    state = _choice(HOST_STATES, help_text="pending: claimed, served nowhere until proven.")
     proof = _choice(["", *HostProof.values], help_text="How it was bound (empty while pending).")
     proven_at = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()

@@ -12,30 +12,14 @@ from __future__ import annotations
 import itertools
 
 import pytest
-import schemathesis
-from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-    status_code_conformance,
-)
 
+from tests.api_schema import CHECKS, operations_under
 from tests.tenant_api_world import build, host_of
 
-application = get_wsgi_application()
-schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application).include(path_regex="^/api/v1/")
+schema = operations_under("^/api/v1/")
 
 _turns = itertools.count()
-CHECKS = [
-    not_a_server_error,
-    status_code_conformance,
-    content_type_conformance,
-    response_headers_conformance,
-    response_schema_conformance,
-]
 
 
 def test_the_document_holds_every_operation_of_the_tenant_api():
