@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from accounts.selectors import Principal
-from accounts.services import agent_secret_generate, api_key_create, tenant_ensure
+from accounts.services import api_key_create, tenant_ensure
 from protocols import contract
 from tasks_app import dispatch, parts, services
 from tasks_app.domain import NewMessage
@@ -27,21 +27,9 @@ from tasks_app.lifecycle import Dialect
 from tasks_app.models import Task
 from tests.conftest import make_agent, user_message
 from tests.test_api_docs import page_refs, same_origin
-from tests.webhook_endpoint import Endpoint, ndjson
+from tests.webhook_endpoint import ndjson
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def secret() -> str:
-    return agent_secret_generate()
-
-
-@pytest.fixture
-def endpoint(secret):
-    running = Endpoint(secret).start()
-    yield running
-    running.stop()
 
 
 def send(base: str, key: str, text: str) -> dict:
