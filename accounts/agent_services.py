@@ -10,8 +10,6 @@ it never runs inside a transaction.
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +18,7 @@ from django.db import IntegrityError, models, transaction
 
 from outbound import ssrf
 
-from . import agent_kinds, changes, sealing
+from . import agent_kinds, changes, sealing, storable
 from .models import Agent, Tenant
 from .selectors import executor_refusal
 from .services import AccountError, agent_secret_check, agent_secret_set
@@ -34,9 +32,7 @@ SETTABLE: frozenset[str] = frozenset(
 # Card content an executor may offer (a fronted agent's upstream's), taken where it is empty.
 OFFERABLE = ("name", "description", "skills", "input_modes", "output_modes")
 _JSON_FIELDS = frozenset(f.name for f in Agent._meta.concrete_fields if f.get_internal_type() == "JSONField")
-MAX_DEPTH = 32
 MAX_JSON_BYTES = 256 * 1024  # of one JSON field, serialized
-MAX_INT = 10**100
 _NOT_ALLOWED = ssrf.not_allowed("")
 _NETS_HINT = " (this server reaches public addresses only, and the networks its OUTBOUND_ALLOW_NETS lists)"
 
@@ -104,9 +100,9 @@ def check(
     given: dict[str, Any] = {}
     for key, value in values.items():
         if not isinstance(key, str) or key not in SETTABLE:
-            add(ALL, f"{_brief(key)} is not a field of an agent that can be set")
+            add(ALL, f"{storable.brief(key)} is not a field of an agent that can be set")
             continue
-        problem = _storable(value, json_field=key in _JSON_FIELDS)
+        problem = _storable(value, field=key, json_field=key in _JSON_FIELDS)
         if problem:
             add(key, problem)
             continue
@@ -114,7 +110,7 @@ def check(
         setattr(candidate, key, value)
     if not isinstance(slug, str):
         add("slug", "must be a string")
-    elif problem := _storable(slug, json_field=False):
+    elif problem := _storable(slug, field="slug", json_field=False):
         add("slug", problem)
     else:
         candidate.slug = slug
@@ -215,7 +211,7 @@ def tenant_executors_check(*, tenant: Tenant | None, executors: list[str]) -> li
     if missing:
         installed = sorted(n for n, kind in known.items() if not kind.built_in)
         raise AccountError(
-            f"no installed executor {', '.join(map(_brief, missing))}; this server has "
+            f"no installed executor {', '.join(map(storable.brief, missing))}; this server has "
             f"{', '.join(installed) or 'none installed'}"
         )
     return names
@@ -315,7 +311,7 @@ def _secret_now(agent: Agent | None, secret: str | None) -> str | None:
 def _offered(candidate: Agent, field: str, value: Any) -> Any:
     """An offered value the field takes as it is, else None (an upstream's card is not ours
     to refuse the agent for: a skill our schema does not take is left out)."""
-    if value is None or _empty(value) or _storable(value, json_field=field in _JSON_FIELDS):
+    if value is None or _empty(value) or _storable(value, field=field, json_field=field in _JSON_FIELDS):
         return None
     model_field = Agent._meta.get_field(field)
     assert isinstance(model_field, models.Field)  # the card's fields are the model's own, never relations
@@ -337,49 +333,13 @@ def _empty(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 
 
-def _brief(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _storable(value: Any, *, json_field: bool) -> str | None:
-    """What Postgres would refuse to store (a NUL, a lone surrogate, NaN) or the JSON column
-    could not hold; None when it can be stored."""
-    problem = _stored_value(value, 0)
-    if problem or not json_field:
-        return problem
-    if len(json.dumps(value, ensure_ascii=False)) > MAX_JSON_BYTES:
+def _storable(value: Any, *, field: str, json_field: bool) -> str | None:
+    """What the store would refuse of `value` (storable.check's rules, named by `field`), or a
+    JSON field's value larger than the agent's columns take; None when it can be stored."""
+    try:
+        storable.check(value, where=field)
+    except storable.Refused as exc:
+        return str(exc)
+    if json_field and len(storable.dumps(value)) > MAX_JSON_BYTES:
         return f"is larger than {MAX_JSON_BYTES} bytes as JSON"
     return None
-
-
-def _stored_value(value: Any, depth: int) -> str | None:
-    if depth > MAX_DEPTH:
-        return f"is nested deeper than {MAX_DEPTH} levels"
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, str):
-        if "\x00" in value:
-            return "must not contain NUL characters"
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return "must be valid Unicode text (it holds a lone surrogate)"
-        return None
-    if isinstance(value, int):
-        return None if abs(value) < MAX_INT else "holds a number too large to store"
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "holds a number that is not finite (NaN or infinity)"
-    if isinstance(value, list | tuple):
-        for item in value:
-            if problem := _stored_value(item, depth + 1):
-                return problem
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return "holds an object whose keys are not all strings"
-            if problem := _stored_value(key, depth + 1) or _stored_value(item, depth + 1):
-                return problem
-        return None
-    return f"must be JSON (a string, number, boolean, null, list or object), not {type(value).__name__}"

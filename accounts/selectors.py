@@ -264,14 +264,9 @@ def executor_refusal(tenant: Tenant, executor: str) -> str | None:
 
 def executor_withdrawn(*, tenant_slug: str, executor: str) -> str | None:
     """At a run: why the agent's installed executor may no longer run for its tenant (the
-    grant was withdrawn), or None. Built-in executors cost no query."""
-    kind = agent_kinds.kinds().get(executor)
-    if kind is None or kind.built_in:
-        return None
-    granted = Tenant.objects.filter(slug=tenant_slug).values_list("allowed_executors", flat=True).first()
-    if executor in (granted or []):
-        return None
-    return f"executor {executor!r} is not allowed for tenant {tenant_slug}; {GRANT_HINT}"
+    grant was withdrawn), or None: `executor_refusal`, for the tenant a run knows by its slug."""
+    tenant = Tenant.objects.filter(slug=tenant_slug).only("slug", "allowed_executors").first()
+    return executor_refusal(tenant, executor) if tenant is not None else None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tasks_app import storable
+from accounts import storable
+from accounts.storable import ID_LENGTH
 from tasks_app.errors import InvalidParams
-from tasks_app.storable import ID_LENGTH
 
 # AMQP 0-9-1 brokers: RabbitMQ 3.x and 4.x as the seed names them ("rabbitmq:4.0"; the ACS
 # capability form "rabbitmq:3.*"), or the protocol itself.

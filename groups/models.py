@@ -13,8 +13,8 @@ from django.db import models
 from django.db.models import Q
 
 from accounts.models import Agent, ApiKey, OidcIssuer
+from accounts.storable import ID_LENGTH
 from tasks_app.models import Task
-from tasks_app.storable import ID_LENGTH
 
 from .invitation import AMQP_NAME_BYTES
 

@@ -25,10 +25,11 @@ from django.conf import settings
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
+from accounts import storable
 from accounts.logins import forwarded_client
 from accounts.models import Agent
 from accounts.selectors import Principal
-from tasks_app import dbcalls, selectors, storable, streams
+from tasks_app import dbcalls, selectors, streams
 from tasks_app.errors import (
     STORE_ERRORS,
     STORE_RETRY_AFTER,

@@ -18,11 +18,12 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from accounts import storable
 from accounts.models import Agent
 from accounts.selectors import Principal
 from push import services as push_services
 from push.domain import PushConfigInput
-from tasks_app import dbcalls, hints, selectors, services, storable, streams
+from tasks_app import dbcalls, hints, selectors, services, streams
 from tasks_app.domain import MessageView, NewMessage, TaskLimits, TaskView, parse_task_id
 from tasks_app.errors import (
     InvalidAgentResponse,

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from tasks_app import storable
+from accounts import storable
 from tasks_app.errors import DomainError
 
 ERROR_DOMAIN = "a2a-protocol.org"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from accounts.storable import ID_LENGTH, SCHEME_LENGTH, URL_LENGTH
 from tasks_app.models import Task, TaskEvent
-from tasks_app.storable import ID_LENGTH, SCHEME_LENGTH, URL_LENGTH
 
 
 class ConfigStatus(models.TextChoices):

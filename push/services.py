@@ -45,7 +45,7 @@ def config_check(*, config: PushConfigInput) -> None:
     """Refuse a config that could never be delivered: a URL the SSRF guard refuses, header
     values that are not header values. Resolves the host (network I/O): call it before, never
     inside, a transaction. A host that does not resolve yet is accepted; delivery checks again.
-    Lengths are the columns' (`tasks_app.storable`); the dialect's codec checked them."""
+    Lengths are the columns' (`accounts.storable`); the dialect's codec checked them."""
     try:
         ssrf.check(config.url, unresolvable_ok=True)
     except ssrf.Refused as exc:

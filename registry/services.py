@@ -21,9 +21,9 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, Value
 from django.utils import timezone
 
+from accounts import storable
 from accounts.models import Agent, Tenant
 from protocols import dialects
-from tasks_app import storable
 
 from . import cards, probe, proofs
 from .models import (

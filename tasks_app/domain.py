@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from . import storable
+from accounts import storable
+
 from .parts import Part
 
 

@@ -10,9 +10,9 @@ from django.db.models import Q
 
 from accounts.models import Agent, Tenant
 from accounts.services import ANONYMOUS_PRINCIPAL
+from accounts.storable import ID_LENGTH, NAME_LENGTH
 
 from .lifecycle import Dialect, EventKind, Failure, Role, TaskState
-from .storable import ID_LENGTH, NAME_LENGTH
 
 _STATE_IS_VALID = Q(state__in=TaskState.values)
 # A task is active while a run of its agent is queued or running: from a client's message

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from .storable import Refused, check
+from accounts.storable import Refused, check
 
 Part = dict[str, Any]
 

@@ -13,13 +13,13 @@ from django.conf import settings
 from django.db import connections
 
 from accounts import sealing
+from accounts.storable import Refused
 
 from . import dispatch, metrics, selectors, services
 from .domain import RunInputs
 from .errors import STORE_ERRORS, InvalidTransition, TaskClosed
 from .executors import AgentContext, AgentFailure, Misconfigured, executor_for, executor_withdrawn
 from .lifecycle import Failure, Role
-from .storable import Refused
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +124,17 @@ def forward_cancel(*, task_id: Any) -> str:
     found = selectors.canceled_task_inputs(task_id)
     if found is None:
         return "not canceled"
-    name, agent_settings, sealed, state = found
+    name, agent_settings, sealed, state, context_id = found
     executor = executor_for(name)
     if executor is None or not state:
         return "nothing to do"
     try:
         outcome = executor.canceled_while_idle(
-            settings=agent_settings or {}, secret=sealing.unseal(sealed), state=state
+            task_id=str(task_id),
+            context_id=context_id,
+            settings=agent_settings or {},
+            secret=sealing.unseal(sealed),
+            state=state,
         )
     except Exception as exc:  # noqa: BLE001 - ours is canceled whatever happens elsewhere
         outcome = f"failed: {type(exc).__name__}: {exc}"

@@ -19,11 +19,12 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from accounts import storable
 from accounts.models import Agent
 from accounts.selectors import Principal
 
 from . import parts as P
-from . import sql, storable
+from . import sql
 from .domain import ArtifactView, LoggedMessage, LoggedStatus, MessageView, TaskRecord, TaskView, parse_task_id
 from .errors import InvalidParams
 from .lifecycle import TERMINAL, EventKind, Role, TaskState
@@ -292,12 +293,13 @@ def run_inputs(task_id: Any) -> tuple[Task, list[MessageView], list[dict[str, An
     return task, _history_for([task.pk], None).get(task.pk, []), activated or []
 
 
-def canceled_task_inputs(task_id: Any) -> tuple[str, dict[str, Any], str, dict[str, Any]] | None:
+def canceled_task_inputs(task_id: Any) -> tuple[str, dict[str, Any], str, dict[str, Any], str] | None:
     """For a canceled task's executor (runner.forward_cancel): its name, the agent's settings,
-    its sealed secret and what the executor kept on the task; None unless canceled."""
+    its sealed secret, what the executor kept on the task and the task's context; None unless
+    canceled."""
     return (
         Task.objects.filter(pk=task_id, state=TaskState.CANCELED)
-        .values_list("agent__executor", "agent__settings", "agent__secret_sealed", "executor_state")
+        .values_list("agent__executor", "agent__settings", "agent__secret_sealed", "executor_state", "context_id")
         .first()
     )
 

@@ -21,11 +21,11 @@ from django.db.models import BigIntegerField, Case, DateTimeField, F, Func, Max,
 from django.db.models.functions import Cast, Coalesce
 from django.utils import timezone
 
-from accounts import sealing
+from accounts import sealing, storable
 from accounts.models import Agent
 from accounts.selectors import Principal
 
-from . import dispatch, hints, hooks, media, sql, storable
+from . import dispatch, hints, hooks, media, sql
 from . import parts as P
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, TaskLimits, parse_task_id
 from .errors import (

@@ -90,3 +90,12 @@ def missing(what: str) -> exceptions.NotFound:
 
 
 __all__ = ["NO_TENANT", "TenantView", "errors", "missing", "page_or_400", "query", "valid"]
+
+
+def next_link(request: Request, page: selectors.Page) -> str | None:
+    """The URL of the page after `page`, with the request's other query parameters; None at the end."""
+    if not page.next_cursor:
+        return None
+    params = request.query_params.copy()
+    params["cursor"] = page.next_cursor
+    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")

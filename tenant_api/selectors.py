@@ -14,6 +14,7 @@ import jwt
 from django.db import connections
 from django.db.models import Q, QuerySet
 
+from accounts import storable
 from accounts.hosts import host_name
 from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
 from groups import selectors as group_selectors
@@ -70,8 +71,12 @@ def members_of(tenant: Tenant) -> QuerySet[Membership]:
 
 
 def _storable(text: str, limit: int) -> bool:
-    """Whether `text` (a path segment) can name a stored row: Postgres text holds no NUL."""
-    return len(text) <= limit and "\x00" not in text
+    """Whether `text` (a path segment) can name a stored row (storable.check_text's rules)."""
+    try:
+        storable.check_text(text, where="", max_length=limit)
+    except storable.Refused:
+        return False
+    return True
 
 
 def member_of(tenant: Tenant, username: str) -> Membership | None:

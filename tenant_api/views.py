@@ -17,19 +17,11 @@ from accounts.models import Role
 
 from . import represent, selectors
 from . import serializers as s
-from .base import TenantView, errors, missing, page_or_400, query, valid
+from .base import TenantView, errors, missing, next_link, page_or_400, query, valid
 from .errors import Conflict, field_errors
 
 TAG = "tenant"
 OWNER_WRITES = {"POST": Role.OWNER, "PATCH": Role.OWNER, "PUT": Role.OWNER, "DELETE": Role.OWNER}
-
-
-def _next(request: Request, page: selectors.Page) -> str | None:
-    if not page.next_cursor:
-        return None
-    params = request.query_params.copy()
-    params["cursor"] = page.next_cursor
-    return request.build_absolute_uri(f"{request.path}?{params.urlencode()}")
 
 
 class TenantDetailView(TenantView):
@@ -79,7 +71,7 @@ class MembersView(TenantView):
                 selectors.members_of(self.tenant(request)), cursor=v.get("cursor"), size=v["page_size"]
             )
         )
-        body = {"results": [represent.member(m) for m in page.items], "next": _next(request, page)}
+        body = {"results": [represent.member(m) for m in page.items], "next": next_link(request, page)}
         return Response(s.MembersOut(body).data)
 
     @extend_schema(
@@ -167,7 +159,7 @@ class KeysView(TenantView):
                 selectors.keys_of(self.tenant(request)), cursor=v.get("cursor"), size=v["page_size"], newest_first=True
             )
         )
-        body = {"results": [represent.key(k) for k in page.items], "next": _next(request, page)}
+        body = {"results": [represent.key(k) for k in page.items], "next": next_link(request, page)}
         return Response(s.KeysOut(body).data)
 
     @extend_schema(

@@ -19,9 +19,8 @@ from accounts.models import Agent, Role
 
 from . import represent, selectors
 from . import serializers as s
-from .base import TenantView, errors, missing, page_or_400, query, valid
+from .base import TenantView, errors, missing, next_link, page_or_400, query, valid
 from .errors import problems_error
-from .views import _next
 
 TAG = "tenant agents"
 OWNER_WRITES = {"POST": Role.OWNER, "PATCH": Role.OWNER, "DELETE": Role.OWNER}
@@ -53,7 +52,7 @@ class AgentsView(TenantView):
                 selectors.agents_of(self.tenant(request)), cursor=v.get("cursor"), size=v["page_size"]
             )
         )
-        body = {"results": [represent.agent(a) for a in page.items], "next": _next(request, page)}
+        body = {"results": [represent.agent(a) for a in page.items], "next": next_link(request, page)}
         return Response(s.AgentsOut(body).data)
 
     @extend_schema(

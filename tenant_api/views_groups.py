@@ -10,8 +10,7 @@ from rest_framework.response import Response
 
 from . import represent, selectors
 from . import serializers as s
-from .base import TenantView, errors, missing, page_or_400, query
-from .views import _next
+from .base import TenantView, errors, missing, next_link, page_or_400, query
 
 TAG = "tenant agents"
 TASKS_PAGE_SIZE = 200
@@ -40,7 +39,7 @@ class GroupMembershipsView(TenantView):
         page = page_or_400(
             lambda: selectors.page_by_pk(memberships, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
         )
-        body = {"results": [represent.group_membership(m) for m in page.items], "next": _next(request, page)}
+        body = {"results": [represent.group_membership(m) for m in page.items], "next": next_link(request, page)}
         return Response(s.GroupMembershipsOut(body).data)
 
 

@@ -20,9 +20,8 @@ from accounts.services import AccountError
 
 from . import represent, selectors
 from . import serializers as s
-from .base import TenantView, errors, missing, page_or_400, query, valid
+from .base import TenantView, errors, missing, next_link, page_or_400, query, valid
 from .errors import Conflict, field_errors
-from .views import _next
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +62,7 @@ class HostsView(_AgentHostView):
         v = query(s.PageQuery, request)
         hosts = selectors.hosts_of(self._agent(request, agent))
         page = page_or_400(lambda: selectors.page_by_pk(hosts, cursor=v.get("cursor"), size=v["page_size"]))
-        body = {"results": [_shown(h) for h in page.items], "next": _next(request, page)}
+        body = {"results": [_shown(h) for h in page.items], "next": next_link(request, page)}
         return Response(s.HostsOut(body).data)
 
     @extend_schema(

@@ -31,9 +31,8 @@ from tasks_app.lifecycle import TaskState
 
 from . import represent, selectors
 from . import serializers as s
-from .base import TenantView, errors, missing, page_or_400, query, valid
+from .base import TenantView, errors, missing, next_link, page_or_400, query, valid
 from .errors import Conflict
-from .views import _next
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class TasksView(TenantView):
         )
         tenant = self.tenant(request)
         page = page_or_400(lambda: selectors.task_page(tenant, found, cursor=v.get("cursor"), size=v["page_size"]))
-        body = {"results": [represent.task(t) for t in page.items], "next": _next(request, page)}
+        body = {"results": [represent.task(t) for t in page.items], "next": next_link(request, page)}
         return Response(s.TasksOut(body).data)
 
 
@@ -219,7 +218,7 @@ class PushConfigsView(TenantView):
         page = page_or_400(
             lambda: selectors.page_by_pk(configs, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
         )
-        body = {"results": [represent.push_config(c) for c in page.items], "next": _next(request, page)}
+        body = {"results": [represent.push_config(c) for c in page.items], "next": next_link(request, page)}
         return Response(s.PushConfigsOut(body).data)
 
 
@@ -279,7 +278,7 @@ class DeliveriesView(TenantView):
         page = page_or_400(
             lambda: selectors.page_by_pk(deliveries, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
         )
-        body = {"results": [represent.delivery(d) for d in page.items], "next": _next(request, page)}
+        body = {"results": [represent.delivery(d) for d in page.items], "next": next_link(request, page)}
         return Response(s.DeliveriesOut(body).data)
 
 

@@ -463,6 +463,29 @@ def endpoint(secret):
     running.stop()
 
 
+# --- a fronted agent's upstream (tests/a2a_upstream.py) ----------------------------------
+
+
+@pytest.fixture
+def upstream():
+    """An A2A 1.0 agent on 127.0.0.1, built on the official SDK, for a fronted agent to call."""
+    from tests.a2a_upstream import Upstream
+
+    running = Upstream("1.0").start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def upstream_03():
+    """The same agent speaking A2A 0.3."""
+    from tests.a2a_upstream import Upstream
+
+    running = Upstream("0.3").start()
+    yield running
+    running.stop()
+
+
 # --- the live stack: daphne + a Celery worker as subprocesses ---------------------------
 
 

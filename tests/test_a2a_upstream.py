@@ -69,20 +69,6 @@ def _fresh_cards():
     cards.forget()
 
 
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    running = Upstream("1.0").start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def upstream_03() -> Iterator[Upstream]:
-    running = Upstream("0.3").start()
-    yield running
-    running.stop()
-
-
 @pytest.fixture(params=["1.0", "0.3"])
 def any_upstream(request) -> Iterator[Upstream]:
     running = Upstream(request.param).start()

@@ -220,7 +220,7 @@ def test_a_task_id_in_another_spelling_of_its_uuid_finds_the_task(rpc, echo_agen
 def test_a_row_written_before_values_were_checked_still_reads_in_get_and_list(rpc, echo_agent, alice_key):
     from tasks_app.models import Message
 
-    # Before tasks_app.storable, the store took values no encoder could write back (orjson
+    # Before accounts.storable, the store took values no encoder could write back (orjson
     # stops at 254 levels and 64-bit integers), and one such task failed every ListTasks.
     deep: list = []
     for _ in range(300):

@@ -11,7 +11,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,7 +29,6 @@ from accounts.services import AccountError, tenant_ensure
 from tasks_app.executors import REGISTRY, Executor, plugins
 from tasks_app.executors.upstream import card as cards
 from tasks_app.models import Task
-from tests.a2a_upstream import Upstream
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
@@ -46,20 +44,6 @@ def _fresh_cards():
     yield
     cards.forget()
     logging.getLogger("a2a").setLevel(logging.NOTSET)
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    running = Upstream("1.0").start()
-    yield running
-    running.stop()
-
-
-@pytest.fixture
-def upstream_03() -> Iterator[Upstream]:
-    running = Upstream("0.3").start()
-    yield running
-    running.stop()
 
 
 class Shouter(Executor):

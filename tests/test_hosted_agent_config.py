@@ -308,8 +308,8 @@ def test_an_idle_executor_hears_of_the_cancel_with_its_settings_secret_and_state
     heard = []
 
     class Hears(REGISTRY[run.agent.executor]):
-        def canceled_while_idle(self, *, settings, secret, state):
-            heard.append((settings, secret, state))
+        def canceled_while_idle(self, *, task_id, context_id, settings, secret, state):
+            heard.append((task_id, context_id, settings, secret, state))
             return "told"
 
     REGISTRY[run.agent.executor] = Hears
@@ -319,4 +319,4 @@ def test_an_idle_executor_hears_of_the_cancel_with_its_settings_secret_and_state
     assert runner.forward_cancel(task_id=task.pk) == "not canceled"
     services.task_cancel(task_id=str(task.pk), principal=Principal("alice", api_key_id=1), agent=run.agent)
     assert runner.forward_cancel(task_id=task.pk) == "told"
-    assert heard[-1] == (run.agent.settings, "tok-123", {"upstream": "t-1"})
+    assert heard[-1] == (str(task.pk), task.context_id, run.agent.settings, "tok-123", {"upstream": "t-1"})

@@ -1,5 +1,5 @@
 """Whatever the store accepts, every reader gives back: GetTask, ListTasks, a SubscribeToTask
-replay, A2A 0.3's tasks/get, push delivery and the admin, exactly as it was sent (tasks_app.storable decides what
+replay, A2A 0.3's tasks/get, push delivery and the admin, exactly as it was sent (accounts.storable decides what
 is accepted; tests/test_hostile.py shows that what is refused is refused cleanly)."""
 
 import uuid
@@ -12,10 +12,10 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accounts.storable import ID_LENGTH, MAX_DEPTH
 from protocols.dialects.a2a_v03 import codec as codec_v03
 from protocols.dialects.a2a_v1 import codec as codec_v1
 from tasks_app.models import TaskEvent
-from tasks_app.storable import ID_LENGTH, MAX_DEPTH
 from tests.conftest import drain_push_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks_app import storable
-from tasks_app.storable import MAX_DEPTH, Malformed, Refused, check, check_text, loads
+from accounts import storable
+from accounts.storable import MAX_DEPTH, Malformed, Refused, check, check_text, loads
 
 
 def nested(depth: int, leaf=1):
@@ -234,7 +234,7 @@ def passes(value, **kwargs) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(hostile_values)
 def test_the_fast_pass_and_the_explaining_pass_agree(value):
-    from tasks_app.storable import _clean, _explain
+    from accounts.storable import _clean, _explain
 
     try:
         _explain(value, "", 1)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
-from tasks_app import storable, streams
+from accounts import storable
+from tasks_app import streams
 from tasks_app.errors import ContentTypeNotSupported, DomainError
 
 from ..exchange import EventStream

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from tasks_app import storable
+from accounts import storable
 from tasks_app.errors import AGENTSERVER_ERROR_DOMAIN, DomainError
 
 from .. import jsonrpc

@@ -10,7 +10,7 @@ dialect of the task the request names (`by_task`)."""
 
 from __future__ import annotations
 
-from tasks_app import storable
+from accounts import storable
 from tasks_app.errors import VersionNotSupported
 
 from .a2a_v01 import DIALECT as A2A_V01

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from tasks_app import storable
+from accounts import storable
 from tasks_app.errors import InvalidParams
 
 # --- fields ----------------------------------------------------------------------------

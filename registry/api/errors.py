@@ -12,7 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from tasks_app import storable
+from accounts import storable
 
 from .. import services
 
@@ -45,7 +45,7 @@ class BodyTooLarge(exceptions.APIException):
 
 
 class StrictJSONParser(BaseParser):
-    """JSON as the task store reads it (tasks_app.storable): UTF-8, no NaN, no member named
+    """JSON as the task store reads it (accounts.storable): UTF-8, no NaN, no member named
     twice, no U+0000 or lone surrogate (Postgres cannot store them), at most 64 levels deep.
     At most MAX_BODY bytes are read: a larger body is 413, never read whole."""
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import rfc8785
 
-from tasks_app.storable import MAX_DEPTH
+from accounts.storable import MAX_DEPTH
 
 
 def depth(value: Any) -> int:

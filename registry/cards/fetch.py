@@ -8,8 +8,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 
+from accounts import storable
 from outbound import client, ssrf
-from tasks_app import storable
 
 from .types import Fetched, FetchFailed
 

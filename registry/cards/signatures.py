@@ -24,7 +24,7 @@ from typing import Any
 import jwt
 from jwt import api_jws
 
-from tasks_app import storable
+from accounts import storable
 
 from .canonical import canonical, without_empty
 from .fetch import JWKS_PATH, fetch_jwks, origin

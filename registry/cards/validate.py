@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError
 
-from tasks_app.storable import MAX_DEPTH
+from accounts.storable import MAX_DEPTH
 
 from .types import VERSIONS, Problem, Version
 

@@ -305,10 +305,13 @@ class Executor:
     def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
-        """The task was canceled while no run of it was active (it waited for input), with
-        `state` as a run left it: pass the cancel on to what works elsewhere (a fronted
-        agent's upstream task). Runs in a worker; returns what happened, for the log."""
+    def canceled_while_idle(
+        self, *, task_id: str, context_id: str, settings: dict[str, Any], secret: str, state: dict[str, Any]
+    ) -> str:
+        """The task `task_id` was canceled while no run of it was active (it waited for input),
+        with `state` as a run left it (asked only when a run left some): pass the cancel on to
+        what works elsewhere (a fronted agent's upstream task, a webhook's endpoint). Runs in a
+        worker; returns what happened, for the log."""
         return "nothing to do"
 
 

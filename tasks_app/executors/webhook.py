@@ -33,11 +33,11 @@ import orjson
 from django.conf import settings
 from jsonschema import Draft202012Validator
 
+from accounts import storable
 from accounts.services import SECRET_PREFIX
 from outbound import client, ssrf
 
 from .. import parts as P
-from .. import storable
 from ..domain import MessageView
 from ..errors import InvalidTransition, TaskClosed
 from ..lifecycle import Failure
@@ -731,9 +731,10 @@ class _Run:
     def apply(self, action: Action, where: str) -> None:
         if action.type in (INPUT_REQUIRED, AUTH_REQUIRED) and STATE_KEY not in self.ctx.state:
             # The task will wait with no request open: should it be canceled then, the endpoint
-            # is sent a cancel notice (canceled_while_idle), which needs what the state keeps.
-            # Once per task, before the wait begins (a run may save state only while it holds it).
-            self.ctx.state[STATE_KEY] = {"taskId": self.ctx.task_id, "contextId": self.ctx.context_id}
+            # is sent a cancel notice (canceled_while_idle, asked only of an executor that kept
+            # state on the task). Once per task, before the wait begins (a run may save state
+            # only while it holds it).
+            self.ctx.state[STATE_KEY] = {"waited": True}
             self.ctx.save_state()
         try:
             apply(self.ctx, action)
@@ -792,24 +793,20 @@ class WebhookExecutor(Executor):
         plan = Plan.of(ctx.settings)
         _Run(ctx, plan, signing_key(ctx.secret)).go()
 
-    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
+    def canceled_while_idle(
+        self, *, task_id: str, context_id: str, settings: dict[str, Any], secret: str, state: dict[str, Any]
+    ) -> str:
         """The task was canceled while it waited (no request open): the endpoint, which asked
         for input and may hold something for the task, is sent a signed cancel notice."""
-        known = state.get(STATE_KEY)
-        if not isinstance(known, dict) or not known.get("taskId"):
+        if STATE_KEY not in state:
             return "the endpoint never left the task waiting: nothing to tell it"
-        return send_cancel_notice(
-            Plan.of(settings),
-            signing_key(secret),
-            task_id=str(known["taskId"]),
-            context_id=str(known.get("contextId", "")),
-        )
+        return send_cancel_notice(Plan.of(settings), signing_key(secret), task_id=task_id, context_id=context_id)
 
 
 # --- the cancel notice -------------------------------------------------------------------
 
 CANCEL_NOTICE_TYPE = "agentserver.task.canceled.v1"
-STATE_KEY = "webhook"  # in the task's executor state: the ids a cancel notice names
+STATE_KEY = "webhook"  # in the task's executor state: the endpoint left the task waiting once
 NOTICE_ANSWER_MAX_BYTES = 1024  # of the endpoint's answer to a notice, read and ignored
 
 

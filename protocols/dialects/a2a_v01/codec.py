@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
+from accounts import storable
 from push.domain import PushConfigInput, PushConfigView
 from tasks_app import parts as P
-from tasks_app import storable
 from tasks_app.domain import ArtifactView, MessageView, NewMessage, TaskView
 from tasks_app.errors import DomainError, InvalidParams
 from tasks_app.lifecycle import SETTLED, EventKind, Role, TaskState

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from accounts import storable
 from push import selectors as push_selectors
 from push import services as push_services
-from tasks_app import dbcalls, services, storable
+from tasks_app import dbcalls, services
 from tasks_app.domain import TaskView
 from tasks_app.errors import TaskNotFound
 from tasks_app.lifecycle import SETTLED, Dialect

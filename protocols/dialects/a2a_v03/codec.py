@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from accounts import storable
 from push.domain import PushConfigInput, PushConfigView
 from tasks_app import parts as P
-from tasks_app import storable
 from tasks_app.domain import ArtifactView, MessageView, NewMessage
 from tasks_app.errors import InvalidParams
 from tasks_app.lifecycle import TERMINAL, EventKind, Role, TaskState

@@ -12,9 +12,10 @@ from typing import Any
 
 import orjson
 
+from accounts import storable
 from push import selectors as push_selectors
 from push import services as push_services
-from tasks_app import dbcalls, selectors, storable
+from tasks_app import dbcalls, selectors
 from tasks_app.domain import MessageView, TaskView
 from tasks_app.errors import (
     ContentTypeNotSupported,

@@ -9,9 +9,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from accounts import storable
 from push.domain import PushConfigInput, PushConfigView
 from tasks_app import parts as P
-from tasks_app import storable
 from tasks_app.domain import ArtifactView, MessageView, NewMessage
 from tasks_app.errors import InvalidParams
 from tasks_app.lifecycle import EventKind, Role, TaskState

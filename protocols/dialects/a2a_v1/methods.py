@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from accounts import storable
 from push import selectors as push_selectors
 from push import services as push_services
-from tasks_app import dbcalls, selectors, storable
+from tasks_app import dbcalls, selectors
 from tasks_app.domain import MessageView, TaskView
 from tasks_app.errors import ExtendedAgentCardNotConfigured, UnsupportedOperation
 from tasks_app.lifecycle import Dialect

@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from tasks_app import storable
+from accounts import storable
 from tasks_app.lifecycle import Dialect
 
 from ... import jsonrpc

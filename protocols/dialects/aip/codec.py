@@ -20,9 +20,9 @@ import orjson
 from django.conf import settings
 from django.utils import timezone
 
+from accounts import storable
 from push.domain import PushConfigInput, PushConfigView
 from tasks_app import parts as P
-from tasks_app import storable
 from tasks_app.domain import (
     ArtifactView,
     LoggedMessage,

@@ -71,7 +71,9 @@ class A2AUpstreamExecutor(Executor):
                 session.stop(cancel_upstream=cancel_upstream)
             session.join(session.cancel_wait)
 
-    def canceled_while_idle(self, *, settings: dict[str, Any], secret: str, state: dict[str, Any]) -> str:
+    def canceled_while_idle(
+        self, *, task_id: str, context_id: str, settings: dict[str, Any], secret: str, state: dict[str, Any]
+    ) -> str:
         """Our task was canceled while the upstream's waited for input: cancel that one too."""
         config_ = config.read(settings, secret)
         memory = Memory.from_state(state, config_.card_url)

@@ -1,4 +1,5 @@
-"""What the store can hold, decided in one place.
+"""What the stores can hold (tasks, agents, the directory), decided in one place, at the bottom of
+the layers so that every app checks with it.
 
 Every JSON value a client sends (a whole request body, in any dialect) and every value an
 agent reports (parts, metadata) passes `check` before it reaches anything that recurses
