@@ -50,3 +50,16 @@ def test_tenants_agents_and_keys_made_under_registry_are_kept_by_accounts_with_t
     finally:
         executor = MigrationExecutor(connection)
         executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db
+def test_the_migrations_make_exactly_the_models():
+    """A model changed without its migration (or a migration the models do not match) fails
+    here, not in a deployment's `migrate`."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("makemigrations", "--check", "--dry-run", stdout=out, stderr=out)
+    assert "No changes detected" in out.getvalue()

@@ -75,6 +75,90 @@ def test_a_claim_needs_a_run(task):
     _refused(pk=task.pk, run_token=None, run_claimed_at=timezone.now())
 
 
+def test_an_unknown_role_event_kind_or_status_change_state_is_refused(task):
+    from tasks_app.models import Message, StatusChange
+
+    now = timezone.now()
+    for make in (
+        lambda: Message.objects.create(task=task, message_id="m", context_id="c", role="system", parts=[]),
+        lambda: TaskEvent.objects.create(task=task, seq=1, kind="gossip", payload={}),
+        lambda: StatusChange.objects.create(task=task, state="sleeping", timestamp=now),
+    ):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            make()
+
+
+def _choice_domain_fields():
+    from django.apps import apps
+
+    from accounts.domains import ChoiceDomainField
+
+    return [
+        (model, field)
+        for model in apps.get_models()
+        for field in model._meta.concrete_fields
+        if isinstance(field, ChoiceDomainField)
+    ]
+
+
+def test_each_choice_column_s_domain_admits_exactly_the_field_s_choices(db):
+    """A choice added in code must reach its domain by a migration (SetChoiceDomainWords), or
+    the database would refuse it; one dropped would still be admitted."""
+    import re
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("reads Postgres's catalog")
+    fields = _choice_domain_fields()
+    assert {f.domain for _, f in fields} >= {"tasks_state", "tasks_dialect", "tasks_failure", "tasks_role"}
+    with connection.cursor() as cursor:
+        for model, field in fields:
+            cursor.execute(
+                """SELECT format_type(t.typbasetype, t.typtypmod), pg_get_constraintdef(c.oid)
+                   FROM pg_type t JOIN pg_constraint c ON c.contypid = t.oid WHERE t.typname = %s""",
+                [field.domain],
+            )
+            [(base, check)] = cursor.fetchall()
+            words = re.fullmatch(r"CHECK \(\(\(VALUE\)::text = ANY \('\{(.*)\}'::text\[\]\)\)\)", check)[1]
+            admitted = {w.strip('"') for w in words.split(",")}
+            assert admitted == {value for value, _ in field.flatchoices}, f"{model.__name__}.{field.name}"
+            assert base == f"character varying({field.max_length})", f"{model.__name__}.{field.name}"
+            cursor.execute(
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+                [model._meta.db_table, field.column],
+            )
+            assert cursor.fetchone() == (field.domain,), f"{model.__name__}.{field.name} is not of its domain"
+
+
+def test_the_claim_of_a_run_checks_no_choice_column(task):
+    """What the domains are for: a write that leaves the choice columns alone does not check them,
+    so even a state the domain no longer admitted would not stop it (shown on a disabled word)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("Postgres domains")
+    Task.objects.filter(pk=task.pk).update(run_token=uuid.uuid4())
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER DOMAIN tasks_state DROP CONSTRAINT tasks_state_valid")
+        cursor.execute("ALTER DOMAIN tasks_state ADD CONSTRAINT tasks_state_valid CHECK (VALUE <> 'submitted') NOT VALID")
+    Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now())  # not refused: state untouched
+    _refused(pk=task.pk, state="submitted")
+
+
+def test_deleting_a_task_through_the_orm_deletes_its_rows(task):
+    from tasks_app.models import Message, StatusChange
+
+    message = Message.objects.create(task=task, message_id="m", context_id="c", role="user", parts=[])
+    StatusChange.objects.create(task=task, state="submitted", message=message, timestamp=timezone.now())
+    TaskEvent.objects.create(task=task, seq=1, kind="status", payload={})
+    Artifact.objects.create(task=task, artifact_id="a", parts=[])
+    Task.objects.filter(pk=task.pk).update(status_message=message)
+    Task.objects.filter(pk=task.pk).delete()
+    for model in (Message, StatusChange, TaskEvent, Artifact):
+        assert not model.objects.filter(task_id=task.pk).exists(), model.__name__
+
+
 def test_event_seq_is_unique_per_task_and_positive(task):
     TaskEvent.objects.create(task=task, seq=1, kind="status", payload={})
     with pytest.raises(IntegrityError), transaction.atomic():
