@@ -160,7 +160,8 @@ def read_hosted_card(agent: Agent) -> ReadCard:
 
 
 def hosted_card_url(agent: Agent) -> str:
-    return f"{hosted_base_url()}{agent.path}/.well-known/agent-card.json"
+    # An agent's path ends with its slash (/agents/<tenant>/<agent>/).
+    return f"{hosted_base_url()}{agent.path}.well-known/agent-card.json"
 
 
 # --- the shown version's index ---------------------------------------------------------
@@ -507,6 +508,7 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
             )
             _reindex(entry)
         else:
+            _follow_url(entry, hosted_card_url(agent))
             _apply_card(entry, card, at=now)
         _set_health(
             entry,
@@ -516,6 +518,14 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
             detail="" if agent.is_active else "the agent is switched off",
         )
     return entry
+
+
+def _follow_url(entry: Entry, card_url: str) -> None:
+    """A hosted entry's card URL is where the server serves its card now (PUBLIC_BASE_URL or
+    REGISTRY_HOSTED_BASE_URL may have changed since the entry was made). Row locked."""
+    if entry.card_url != card_url:
+        entry.card_url, entry.domain = card_url, proofs.domain_of(card_url)
+        entry.save(update_fields=["card_url", "domain", "updated_at"])
 
 
 def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | None:
