@@ -25,7 +25,7 @@ from accounts import storable
 from accounts.models import Agent, Tenant
 from protocols import dialects
 
-from . import cards, probe, proofs
+from . import cards, listing_cache, probe, proofs
 from .models import (
     CardVersion,
     Decision,
@@ -246,6 +246,10 @@ def _add_version(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion:
 
 
 def _decide(entry: Entry, *, to: str, actor: Any, reason: str, version: CardVersion | None, at: datetime) -> None:
+    """Every change of an entry's state, the curators' and the server's. One about an entry that
+    is or becomes listed changes the directory's counts: every process drops them on commit."""
+    if to == State.APPROVED or entry.approved_version_id is not None:
+        listing_cache.listing_changed()
     Decision.objects.create(
         entry=entry,
         from_state=entry.state,

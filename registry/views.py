@@ -19,13 +19,12 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from django.core.cache import cache
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
-from . import cards, selectors
+from . import cards, listing_cache, selectors
 from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, State
 from .search_params import FACET_PARAMS, BadSearch, query_from_search, search_from_query
 
@@ -35,9 +34,8 @@ TAGS_SHOWN = 8
 VERSIONS_SHOWN = 50
 DECISIONS_SHOWN = 50
 CHECKS_SHOWN = 10
-# The filter choices are counts over every listed entry, the same for every visitor: worth a
-# short cache (on 10,000 entries they cost tens of milliseconds), stale for a minute at most.
-FACETS_CACHE_KEY = "registry:directory:facets:v1"
+# The filter choices are counts over every listed entry, the same for every visitor: kept in
+# each process for a minute, and dropped at once on a decision (registry/listing_cache.py).
 FACETS_CACHE_SECONDS = 60
 
 # The filter groups of the form: (query parameter, legend, how many choices at most).
@@ -163,16 +161,19 @@ def _bad_request(request: HttpRequest, message: str) -> HttpResponse:
     )
 
 
+def _count_facets() -> dict[str, list[tuple[str, int]]]:
+    listed = Entry.objects.listed().exclude(state=State.DEPRECATED)
+    return {
+        param: selectors.facet_counts(listed, FACET_PARAMS[param][1], limit=limit)
+        for param, _legend, limit in FILTER_GROUPS
+    }
+
+
+FACETS: listing_cache.Kept[dict[str, list[tuple[str, int]]]] = listing_cache.Kept(FACETS_CACHE_SECONDS)
+
+
 def _facet_counts() -> dict[str, list[tuple[str, int]]]:
-    counts = cache.get(FACETS_CACHE_KEY)
-    if counts is None:
-        listed = Entry.objects.listed().exclude(state=State.DEPRECATED)
-        counts = {
-            param: selectors.facet_counts(listed, FACET_PARAMS[param][1], limit=limit)
-            for param, _legend, limit in FILTER_GROUPS
-        }
-        cache.set(FACETS_CACHE_KEY, counts, FACETS_CACHE_SECONDS)
-    return counts
+    return FACETS.get(_count_facets)
 
 
 def _filter_groups(search: selectors.Search) -> list[FilterGroup]:
