@@ -85,7 +85,7 @@ def test_the_list_shows_tasks_in_every_state_with_badges_counts_and_durations(su
         assert f'class="task-state task-state-{state}"' in page
     assert "tasks_app/admin_list.css" in page
     assert "5 min" in page  # last change − created
-    assert "A2A 1.0" in page and "acme/echo" in page
+    assert "A2A 1.0" in page and "acme/<wbr>echo" in page
     assert len(_listed(superuser)) == len(TaskState.values)
 
 
@@ -104,7 +104,7 @@ def test_a_row_shows_the_short_id_holding_the_whole_one_the_counts_and_the_last_
         and f'title="{changed.isoformat(timespec="milliseconds")}"' in page
     )
     headers = re.findall(r'<th scope="col" class="(?:sortable )?column-(\w+)', page)
-    assert headers[:5] == ["task_id", "agent", "state_badge", "last_change", "messages"]  # after the checkbox
+    assert headers[:5] == ["task_id", "agent_name", "state_badge", "last_change", "messages"]  # after the checkbox
 
 
 def test_the_list_is_newest_change_first_and_sorts_oldest_first_on_the_same_key(superuser, echo_agent):
