@@ -210,3 +210,17 @@ def test_a_bulk_export_of_nothing_one_may_act_on_says_so(bag, runs, tenant):
     member_add(tenant=tenant, user=get_user_model().objects.get(username="g-operator"), role=Role.VIEWER)
     response = act(member, "export_selected", [task])
     assert response.status_code == 302 and said(response)[0].startswith("Nothing exported. 1 task left alone")
+
+
+@pytest.mark.parametrize(
+    "selected",
+    [["not-a-uuid"], ["\x00"], [""], ["1" * 5000], ["00000000-0000-0000-0000-000000000000"]],
+    ids=["word", "nul", "empty", "long", "nobody's"],
+)
+@pytest.mark.parametrize("action", ["cancel_selected", "redispatch_selected", "export_selected"])
+def test_no_selection_a_form_can_carry_makes_an_action_answer_500(action, selected, bag, operator):
+    task = task_in(TaskState.WORKING, bag)
+    data = {"action": action, "index": "0", helpers.ACTION_CHECKBOX_NAME: selected, "confirm": "yes"}
+    response = operator.post(LIST, data)
+    assert response.status_code in (200, 302), response.status_code
+    assert state_of(task) == TaskState.WORKING

@@ -610,10 +610,11 @@ def test_a_listed_entry_s_newer_card_is_not_public_until_approved(client, regist
 
 
 def test_the_submit_page_is_the_same_for_everyone_and_names_no_entry(client, registry_world, django_user_model):
-    """/registry/submit/ (a page, signed in by the session): the steps, the same to anyone."""
+    """/registry/submit/ (a page, signed in by the session): the steps, the same to anyone; and
+    the site's root leads everyone to the directory."""
     import re
 
-    shown = {}
+    shown, root = {}, set()
     for name in (*INSIDERS, *OUTSIDERS):
         client.logout()
         if name != "anonymous":
@@ -621,7 +622,8 @@ def test_the_submit_page_is_the_same_for_everyone_and_names_no_entry(client, reg
         response = client.get("/registry/submit/")
         assert response.status_code == 200, name
         shown[name] = re.search(r"<main.*</main>", response.content.decode(), re.S).group(0)
-    assert len(set(shown.values())) == 1
+        root.add((client.get("/").status_code, client.get("/")["Location"]))  # the site's root, too
+    assert len(set(shown.values())) == 1 and root == {(302, "/registry/")}
     assert "Secret" not in shown["curator"] and "Listed agent" not in shown["curator"]
 
 

@@ -733,6 +733,9 @@ def test_no_query_string_makes_the_directory_answer_500(client, seeded, pairs, c
         assert response.status_code in (200, 400), (url, response.status_code)
     for url in (SUBMIT + "?" + urlencode(pairs), SUBMIT + "?" + raw):  # it reads no query at all
         assert client.get(url).status_code == 200, url
+    for url in ("/?" + urlencode(pairs), "/?" + raw):  # the site's root leads to the directory
+        answer = client.get(url)
+        assert answer.status_code == 302 and answer["Location"].startswith(DIRECTORY), url
 
 
 # --- queries ----------------------------------------------------------------------------------------------
