@@ -23,7 +23,7 @@ help:
 	@echo "make lock                 re-pin constraints.txt (what requirements.txt pulls in)"
 	@echo "make services             start local Postgres/Redis if they are not running"
 	@echo "make compose-config       validate docker-compose.yml"
-	@echo "make clean                remove .run/ (logs) and caches; keeps .venv and .data"
+	@echo "make clean                remove .run/'s logs and caches; keeps .venv, .data and the demo key and admin password"
 
 run:
 	@bash scripts/run.sh
@@ -47,5 +47,7 @@ compose-config:
 	@bash scripts/compose-config.sh
 
 clean:
-	rm -rf .run .pytest_cache
+	@# The demo key and the admin's password stay: the database (.data, or Postgres) keeps them.
+	[ ! -d .run ] || find .run -mindepth 1 -maxdepth 1 ! -name demo-key ! -name admin-password -exec rm -rf {} +
+	rm -rf .pytest_cache
 	find . -path ./.venv -prune -o -name __pycache__ -type d -exec rm -rf {} +

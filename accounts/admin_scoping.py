@@ -14,8 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import ERROR_FLAG
+from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.forms import ModelChoiceField, ModelMultipleChoiceField
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -141,6 +143,20 @@ class TenantScopedAdmin(_Scoping, admin.ModelAdmin):
             return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
         return super().changelist_view(request, extra_context)
 
+    def response_action(
+        self, request: HttpRequest, queryset: QuerySet, *args: Any, **kwargs: Any
+    ) -> HttpResponse | None:
+        # Django filters the list by the selected primary keys: a value no key can be (a word
+        # for a UUID, a number past the column's range) would fail that query, a 500. It selects
+        # nothing, and Django says that nothing was selected.
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        usable = [value for value in selected if _is_key(self.model, value)]
+        if usable != selected:
+            post = request.POST.copy()
+            post.setlist(helpers.ACTION_CHECKBOX_NAME, usable)
+            request.POST = post  # type: ignore[assignment]
+        return super().response_action(request, queryset, *args, **kwargs)
+
     def has_module_permission(self, request: HttpRequest) -> bool:
         if is_superuser(request):
             return super().has_module_permission(request)
@@ -181,6 +197,17 @@ class TenantScopedAdmin(_Scoping, admin.ModelAdmin):
 
     def get_list_filter(self, request: HttpRequest) -> Any:
         return [_scoped_filter(self.model, entry) for entry in super().get_list_filter(request)]
+
+
+def _is_key(model: type[Model], value: str) -> bool:
+    """Whether `value` can be a primary key of `model` (its type, and its column's range)."""
+    field = model._meta.pk
+    assert field is not None
+    try:
+        field.run_validators(field.to_python(value))
+    except (ValidationError, ValueError, TypeError, OverflowError):
+        return False
+    return True
 
 
 def _scoped_filter(model: type[Model], entry: Any) -> Any:

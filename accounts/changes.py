@@ -70,10 +70,16 @@ def announce_on_commit() -> None:
 
 
 def caches_usable() -> bool:
-    """Whether cached entries may be served: only while this process hears of every change.
-    Without Redis (the embedded mode) nothing is cached: another process (a management
-    command) could not tell this one."""
-    if not settings.REDIS_URL or settings.AUTH_CACHE_SECONDS <= 0:
+    """Whether cached authentication data may be served: only while this process hears of
+    every change, and with AUTH_CACHE_SECONDS set."""
+    return settings.AUTH_CACHE_SECONDS > 0 and hears_every_change()
+
+
+def hears_every_change() -> bool:
+    """Whether this process hears of every change announced anywhere (its subscription is
+    live): only then may it keep what an announced change makes stale. Without Redis (the
+    embedded mode) it never does: another process (a management command) could not tell it."""
+    if not settings.REDIS_URL:
         return False
     _ensure_subscribed()
     return _live.is_set()

@@ -144,6 +144,26 @@ def api_key_revoke(*, key: ApiKey) -> bool:
     return bool(revoked)
 
 
+def api_key_keep(*, tenant: Tenant, name: str, principal: str, plaintext: str = "") -> tuple[ApiKey, str]:
+    """The tenant's one working key named `name`, for `principal`: the key `plaintext` is (one
+    made here before, which its caller kept) while it still works, else a new one; every other
+    key of that name is revoked. Run as often as one likes (`seed_demo`, at each `make run`), it
+    leaves one valid key, not a pile of them."""
+    named = ApiKey.objects.filter(tenant=tenant, name=name, revoked_at__isnull=True)
+    kept = None
+    if plaintext:
+        kept = (
+            named.filter(key_hash=hash_secret(plaintext), principal=principal)
+            .exclude(expires_at__lte=timezone.now())
+            .first()
+        )
+    if kept is None:
+        kept, plaintext = api_key_create(tenant=tenant, name=name, principal=principal)
+    for stale in named.exclude(pk=kept.pk):
+        api_key_revoke(key=stale)
+    return kept, plaintext
+
+
 def api_key_touch(*, key_id: int, at: datetime | None = None) -> None:
     """Record that the key was used (callers throttle this: see `LAST_USED_RESOLUTION`)."""
     at = at or timezone.now()
@@ -224,6 +244,16 @@ def member_add(*, tenant: Tenant, user: User, role: str) -> Membership:
         user.is_staff = True
         user.save(update_fields=["is_staff"])
     return membership
+
+
+def superuser_ensure(*, username: str, password: str) -> tuple[User, bool]:
+    """A superuser named `username`: made with `password` if there is none, else left as it
+    is (its password may be its owner's own now). With whether `password` signs it in. For a
+    development machine (`make run` keeps the password in its run directory), never a server."""
+    user = User.objects.filter(username=username).first()
+    if user is None:
+        return User.objects.create_superuser(username=username, email="", password=password), True
+    return user, bool(user.is_active and user.is_superuser and user.check_password(password))
 
 
 def agent_ensure(*, tenant: Tenant, slug: str, defaults: dict[str, Any]) -> Agent:

@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
 from agentserver.admin_login import LockoutAdminAuthenticationForm
@@ -26,6 +27,9 @@ urlpatterns = [
     path("api/", include("registry.api.urls")),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
     path("registry/", include("registry.urls")),
+    # The site's front page is the directory: the admin's "View site" and a hosted card's
+    # provider URL (this server, when the tenant names none) lead there.
+    path("", RedirectView.as_view(pattern_name="registry:directory"), name="home"),
     path("", include(routes.urlpatterns)),
 ]
 

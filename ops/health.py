@@ -1,7 +1,8 @@
 """Readiness: can this process do its work now? Each dependency is asked once, with a short
 timeout, on a connection of its own (a probe must not wait behind the requests it judges, nor
-take their pooled connections): Postgres (SELECT 1), Redis (PING), and the worker queue (the
-broker answers, and the oldest run no worker has taken is younger than READY_MAX_QUEUE_AGE)."""
+take their pooled connections): Postgres (SELECT 1; in the embedded mode SQLite, named so),
+Redis (PING), and the worker queue (the broker answers, and the oldest run no worker has taken
+is younger than READY_MAX_QUEUE_AGE)."""
 
 from __future__ import annotations
 
@@ -88,12 +89,21 @@ def _queue() -> str:
 CHECKS: dict[str, Callable[[], str]] = {"postgres": _postgres, "redis": _redis, "queue": _queue}
 
 
+def database_name() -> str:
+    """The store's check is named by what the store is: "postgres", or "sqlite" in the
+    embedded mode."""
+    vendor = connections["default"].vendor
+    return "postgres" if vendor == "postgresql" else vendor
+
+
 def readiness() -> list[Check]:
-    """Every check, in order; the queue's only once Postgres answered (it reads the store)."""
+    """Every check, in order; the queue's only once the store answered (it reads the store)."""
     found: list[Check] = []
     for name, probe in CHECKS.items():
+        if name == "postgres":
+            name = database_name()
         if name == "queue" and found and not found[0].ok:
-            found.append(Check(name, False, "not checked: Postgres did not answer", 0.0))
+            found.append(Check(name, False, f"not checked: {found[0].name} did not answer", 0.0))
             continue
         found.append(_timed(name, probe))
     return found

@@ -25,7 +25,7 @@ from accounts import storable
 from accounts.models import Agent, Tenant
 from protocols import dialects
 
-from . import cards, probe, proofs
+from . import cards, listing_cache, probe, proofs
 from .models import (
     CardVersion,
     Decision,
@@ -160,7 +160,8 @@ def read_hosted_card(agent: Agent) -> ReadCard:
 
 
 def hosted_card_url(agent: Agent) -> str:
-    return f"{hosted_base_url()}{agent.path}/.well-known/agent-card.json"
+    # An agent's path ends with its slash (/agents/<tenant>/<agent>/).
+    return f"{hosted_base_url()}{agent.path}.well-known/agent-card.json"
 
 
 # --- the shown version's index ---------------------------------------------------------
@@ -245,6 +246,10 @@ def _add_version(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion:
 
 
 def _decide(entry: Entry, *, to: str, actor: Any, reason: str, version: CardVersion | None, at: datetime) -> None:
+    """Every change of an entry's state, the curators' and the server's. One about an entry that
+    is or becomes listed changes the directory's counts: every process drops them on commit."""
+    if to == State.APPROVED or entry.approved_version_id is not None:
+        listing_cache.listing_changed()
     Decision.objects.create(
         entry=entry,
         from_state=entry.state,
@@ -507,6 +512,7 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
             )
             _reindex(entry)
         else:
+            _follow_url(entry, hosted_card_url(agent))
             _apply_card(entry, card, at=now)
         _set_health(
             entry,
@@ -516,6 +522,14 @@ def hosted_entry_sync(*, agent_id: int) -> Entry | None:
             detail="" if agent.is_active else "the agent is switched off",
         )
     return entry
+
+
+def _follow_url(entry: Entry, card_url: str) -> None:
+    """A hosted entry's card URL is where the server serves its card now (PUBLIC_BASE_URL or
+    REGISTRY_HOSTED_BASE_URL may have changed since the entry was made). Row locked."""
+    if entry.card_url != card_url:
+        entry.card_url, entry.domain = card_url, proofs.domain_of(card_url)
+        entry.save(update_fields=["card_url", "domain", "updated_at"])
 
 
 def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | None:

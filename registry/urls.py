@@ -9,4 +9,5 @@ app_name = "registry"
 urlpatterns = [
     path("", views.directory, name="directory"),
     path("<int:pk>/", views.entry_detail, name="entry"),
+    path("submit/", views.submit, name="submit"),
 ]

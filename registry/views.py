@@ -1,14 +1,15 @@
-"""The directory's pages: `/registry/` (search, filters, keyset pages) and `/registry/<id>/`
-(one entry). Server-rendered, no JavaScript; every read goes through `registry.selectors`.
-The directory lists the listed entries, for everyone alike (as the search API does without
-`mine`); an entry's page shows its owners and curators the entry in any state.
+"""The directory's pages: `/registry/` (search, filters, keyset pages), `/registry/<id>/`
+(one entry) and `/registry/submit/` (how an agent is submitted, through the REST API).
+Server-rendered, no JavaScript; every read goes through `registry.selectors`. The directory
+lists the listed entries, for everyone alike (as the search API does without `mine`); an
+entry's page shows its owners and curators the entry in any state.
 
 Everything a card says is untrusted text: the templates print it through Django's
 autoescaping only (never `|safe`), and a URL from a card becomes a link only when it is
 http(s) (`Link`), with rel="nofollow noopener ugc".
 
 Query counts are fixed: the list is one query for the page of entries and one for their tags
-(plus the filter choices, cached for FACETS_CACHE_SECONDS); the entry page a fixed handful
+(plus the filter choices, kept for FACETS_CACHE_SECONDS); the entry page a fixed handful
 (the entry with its card, versions, checks, uptimes, latency; decisions for its managers).
 """
 
@@ -19,14 +20,15 @@ from typing import Any
 from urllib.parse import urlencode
 
 import orjson
-from django.core.cache import cache
+from django.conf import settings
 from django.db.models import Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_safe
 
-from . import cards, selectors
-from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, State
+from . import cards, listing_cache, proofs, selectors
+from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, ProofMethod, State
 from .search_params import FACET_PARAMS, BadSearch, query_from_search, search_from_query
 
 PAGE_SIZE = 20
@@ -35,9 +37,8 @@ TAGS_SHOWN = 8
 VERSIONS_SHOWN = 50
 DECISIONS_SHOWN = 50
 CHECKS_SHOWN = 10
-# The filter choices are counts over every listed entry, the same for every visitor: worth a
-# short cache (on 10,000 entries they cost tens of milliseconds), stale for a minute at most.
-FACETS_CACHE_KEY = "registry:directory:facets:v1"
+# The filter choices are counts over every listed entry, the same for every visitor: kept in
+# each process for a minute, and dropped at once on a decision (registry/listing_cache.py).
 FACETS_CACHE_SECONDS = 60
 
 # The filter groups of the form: (query parameter, legend, how many choices at most).
@@ -163,16 +164,19 @@ def _bad_request(request: HttpRequest, message: str) -> HttpResponse:
     )
 
 
+def _count_facets() -> dict[str, list[tuple[str, int]]]:
+    listed = Entry.objects.listed().exclude(state=State.DEPRECATED)
+    return {
+        param: selectors.facet_counts(listed, FACET_PARAMS[param][1], limit=limit)
+        for param, _legend, limit in FILTER_GROUPS
+    }
+
+
+FACETS: listing_cache.Kept[dict[str, list[tuple[str, int]]]] = listing_cache.Kept(FACETS_CACHE_SECONDS)
+
+
 def _facet_counts() -> dict[str, list[tuple[str, int]]]:
-    counts = cache.get(FACETS_CACHE_KEY)
-    if counts is None:
-        listed = Entry.objects.listed().exclude(state=State.DEPRECATED)
-        counts = {
-            param: selectors.facet_counts(listed, FACET_PARAMS[param][1], limit=limit)
-            for param, _legend, limit in FILTER_GROUPS
-        }
-        cache.set(FACETS_CACHE_KEY, counts, FACETS_CACHE_SECONDS)
-    return counts
+    return FACETS.get(_count_facets)
 
 
 def _filter_groups(search: selectors.Search) -> list[FilterGroup]:
@@ -216,6 +220,27 @@ HEALTH_CLASSES: dict[str, str] = {Health.HEALTHY: "good", Health.DEGRADED: "bad"
 
 def _health_class(health: str) -> str:
     return HEALTH_CLASSES.get(health, "neutral")
+
+
+# --- submitting ----------------------------------------------------------------------------
+
+
+@require_safe
+def submit(request: HttpRequest) -> HttpResponse:
+    """How an agent gets into the directory: the REST API's steps, with this server's URLs."""
+    base = request.build_absolute_uri("/").rstrip("/")
+    context = {
+        "base": base,
+        "token_url": base + reverse("registry-api:token"),
+        "agents_url": base + reverse("registry-api:agents"),
+        "methods": [ProofMethod.HTTP.value, ProofMethod.DNS.value],
+        "proof_path": proofs.WELL_KNOWN_PATH,
+        "dns_label": proofs.DNS_LABEL,
+        "draft_days": f"{settings.REGISTRY_DRAFT_LIFETIME / 86400:g}",
+        "docs_url": reverse("api-docs"),
+        "nav": "submit",
+    }
+    return render(request, "registry/submit.html", context)
 
 
 # --- one entry ------------------------------------------------------------------------------

@@ -9,8 +9,10 @@
 #      and JS, into STATIC_ROOT), start daphne (+ a Celery worker with beat
 #      and the AIP group runner `manage.py aip_groups`, unless embedded), wait
 #      until an agent card answers
-#   4. print URLs, API key and a curl example, then stay in the foreground
-#      until Ctrl-C, stopping everything it started.
+#   4. print URLs, the API key (kept in RUN_DIR/demo-key, the same on every run), a curl
+#      example and the admin's login (a development superuser made on the first run, its
+#      password kept in RUN_DIR/admin-password), then stay in the foreground until Ctrl-C,
+#      stopping everything it started.
 #
 # The conformance agent is also bound to its own host names (docs/tenancy.md): CONFORMANCE_HOST
 # (default 127.0.0.2, a loopback address daphne listens on too, for clients whose resolver knows
@@ -131,16 +133,23 @@ log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
 
 log "seeding the demo tenant (manage.py seed_demo --json)"
+# The demo key is kept in RUN_DIR and used again while it works (one valid key, not one more per
+# run); so is the password of the development superuser `admin`, made on the first run. Both are
+# this machine's: no image or deployment runs this script.
+KEY_FILE="$RUN_DIR/demo-key"
+ADMIN_FILE="$RUN_DIR/admin-password"
 # The directory lists hosted agents once a curator approves them; the demo's are approved here.
 # The conformance agent at its own names: the 0.3 suite and 0.3 clients read the card at a
 # host's root, without naming a version (docs/tenancy.md). One process for all of it.
-"$VPY" manage.py seed_demo --json --approve "the demo agents, listed by make run" \
+"$VPY" manage.py seed_demo --json --key-file "$KEY_FILE" --admin-file "$ADMIN_FILE" \
+  --approve "the demo agents, listed by make run" \
   --bind-conformance "$CONFORMANCE_HOST" --bind-conformance conformance.localhost \
   >"$RUN_DIR/seed.json" 2>"$RUN_DIR/seed.log" \
   || { show_log "$RUN_DIR/seed.log"; die "manage.py seed_demo failed"; }
 
 # seed_demo prints one JSON object; tolerate stray lines around it. Emits
-# shell-safe assignments: API_KEY, KEY_HEADER, AGENT_NAMES, AGENT_<name>.
+# shell-safe assignments: API_KEY, KEY_HEADER, TENANT, ADMIN_USER, ADMIN_PASSWORD, AGENT_NAMES,
+# AGENT_<name>.
 SEED_VARS="$("$VPY" - "$RUN_DIR/seed.json" <<'EOF'
 import json, shlex, sys
 text = open(sys.argv[1]).read()
@@ -162,6 +171,9 @@ agents = data["agents"]
 print("API_KEY=" + shlex.quote(str(data.get("api_key", ""))))
 print("KEY_HEADER=" + shlex.quote(str(data.get("api_key_header") or "X-API-Key")))
 print("TENANT=" + shlex.quote(str(data.get("tenant", ""))))
+admin = data.get("admin") or {}
+print("ADMIN_USER=" + shlex.quote(str(admin.get("username") or "")))
+print("ADMIN_PASSWORD=" + shlex.quote(str(admin.get("password") or "")))
 print("AGENT_NAMES=" + shlex.quote(" ".join(agents)))
 for name, path in agents.items():
     if name.isidentifier():
@@ -230,15 +242,21 @@ done
   echo "    http://$CONFORMANCE_HOST:$PORT/.well-known/agent-card.json   http://conformance.localhost:$PORT/"
   echo "    the A2A 0.3 conformance suite (tck03/run.sh) takes http://conformance.localhost:$PORT as its URL (docs/dialects.md)"
   echo
-  echo "  API key (header $KEY_HEADER): $API_KEY"
-  echo
-  echo "  Directory: $BASE/registry/   API: $BASE/api/registry/agents/   schema: $BASE/api/schema/"
-  echo "  Tenant API: $BASE/api/v1/tenants/${TENANT:-<tenant>}/ with a management key (manage.py create_api_key ${TENANT:-<tenant>} --management-role owner; docs/api.md)"
-  echo "  API docs page: $BASE/api/docs/"
+  echo "  API key (header $KEY_HEADER): $API_KEY   (kept in ${KEY_FILE#"$ROOT"/}: the same on every run)"
   echo
   echo "  Try:"
   echo "    curl -s $BASE$PROBE_PATH -H 'Content-Type: application/json' -H 'A2A-Version: 1.0' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"SendMessage\",\"params\":{\"message\":{\"messageId\":\"m1\",\"role\":\"ROLE_USER\",\"parts\":[{\"text\":\"hello\"}]}}}'"
   echo "    curl -s $BASE${PROBE_PATH}aip/rpc -H 'Content-Type: application/json' -H '$KEY_HEADER: $API_KEY' -d '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"rpc\",\"params\":{\"message\":{\"type\":\"message\",\"id\":\"m1\",\"sentAt\":\"$(date -Iseconds)\",\"senderRole\":\"leader\",\"senderId\":\"me\",\"command\":\"start\",\"dataItems\":[{\"type\":\"text\",\"text\":\"hello\"}],\"taskId\":\"task-1\",\"sessionId\":\"s1\"}}}'   (ACPs AIP)"
+  echo
+  if [[ -n "$ADMIN_PASSWORD" ]]; then
+    echo "  Admin: $BASE/admin/   user $ADMIN_USER   password $ADMIN_PASSWORD   (kept in ${ADMIN_FILE#"$ROOT"/})"
+  else
+    echo "  Admin: $BASE/admin/   user $ADMIN_USER   (password not shown: it is not the one kept in ${ADMIN_FILE#"$ROOT"/}; set one with manage.py changepassword $ADMIN_USER)"
+  fi
+  echo "    Tasks: $BASE/admin/tasks_app/task/ (each task's page from there; the curl above makes one)"
+  echo "  Directory: $BASE/registry/   API: $BASE/api/registry/agents/   schema: $BASE/api/schema/"
+  echo "  Tenant API: $BASE/api/v1/tenants/${TENANT:-<tenant>}/ with a management key (manage.py create_api_key ${TENANT:-<tenant>} --management-role owner; docs/api.md)"
+  echo "  API docs page: $BASE/api/docs/"
   echo
   echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/groups.log")"
 } | tee "$RUN_DIR/info.txt"

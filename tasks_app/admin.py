@@ -1,7 +1,7 @@
 """Members browse and inspect their tenants' tasks; the store is written only through
 services, so every page here is read-only, for superusers too. The list (columns, filters,
-search, order, count): tasks_app.admin_list. The task page, its actions and the overview:
-tasks_app.admin_detail."""
+search, order, count): tasks_app.admin_list; its bulk actions: tasks_app.admin_actions. The task
+page, its actions and the overview: tasks_app.admin_detail."""
 
 from datetime import datetime
 
@@ -13,6 +13,7 @@ from accounts.admin_scoping import ReadOnlyForEveryone, TenantScopedAdmin
 from accounts.selectors import agents_stranded
 
 from . import admin_detail
+from .admin_actions import TaskBulkActions
 from .admin_detail import TaskDetailAdmin
 from .admin_list import TaskList
 from .executors import plugins
@@ -20,7 +21,7 @@ from .models import Task
 
 
 @admin.register(Task)
-class TaskAdmin(TaskDetailAdmin, TaskList, ReadOnlyForEveryone, TenantScopedAdmin):  # type: ignore[misc]  # plain class attributes
+class TaskAdmin(TaskDetailAdmin, TaskBulkActions, TaskList, ReadOnlyForEveryone, TenantScopedAdmin):  # type: ignore[misc]  # plain class attributes
     tenant_field = "tenant"
     raw_id_fields = ("tenant", "agent", "status_message")
     readonly_fields = [f.name for f in Task._meta.fields]

@@ -8,8 +8,10 @@ inherits first.
   attempts). Its query count does not depend on how many events, messages or artifacts it shows.
 - The actions (POST, CSRF, each in the admin log; operators, owners and superusers): cancel
   (`services.task_cancel_as_operator`, the client's cancel flow), re-dispatch a stuck run
-  (`services.task_redispatch_as_operator`, what the sweeper does), export as JSON; the tenant
-  API offers the same through the same services.
+  (`services.task_redispatch_as_operator`, what the sweeper does), export as JSON
+  (`exports.task_export`); the tenant API offers the first two through the same services, and
+  the task list the three as bulk actions (tasks_app.admin_actions). An action's address
+  opened as a page leads back to the task's page.
 - A file part's stored bytes, as a download (anyone who may see the task; `selectors.task_file`,
   which the tenant API serves too).
 - The overview (`overview/`): counts by state, stuck tasks, busiest agents, the broker's queue
@@ -40,11 +42,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.http import content_disposition_header
 
+from accounts import storable
 from accounts.admin_scoping import is_superuser, tenant_ids_with
 from accounts.models import Agent, Role
 
-from . import encoders, selectors, services
+from . import admin_actions, encoders, exports, selectors, services
 from .errors import TaskNotCancelable, TaskNotFound
+from .exports import stamp
 from .lifecycle import TERMINAL, EventKind, TaskState
 from .models import Task
 
@@ -110,13 +114,6 @@ def add_overview_section(section: OverviewSection) -> OverviewSection:
 # --- presentation --------------------------------------------------------------------------
 
 
-def stamp(value: datetime | None) -> str:
-    """To the millisecond, with the timezone."""
-    if value is None:
-        return ""
-    return timezone.localtime(value).isoformat(timespec="milliseconds")
-
-
 def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
@@ -166,58 +163,6 @@ def _state_shown(task: Task, state: str) -> str:
     task's submitted is its Leader's "accepted")."""
     named = encoders.state_name(task.dialect, state)
     return state if named == state else f"{state} ({task.get_dialect_display()}: {named})"
-
-
-def _dialect_encoding(task: Task) -> tuple[Any, str]:
-    """The task (with its whole history and artifacts) as its dialect returns it, and what the
-    shown JSON is. A dialect that registered no task encoder: the task's parts as its events
-    encode them; one that registered nothing: the store's own form."""
-    found = selectors.task_with_view(task.pk)
-    if found is None:
-        raise Http404("No such object.")
-    view = found[1]
-    try:
-        return encoders.encode_task(task.dialect, view), f"as {task.get_dialect_display()} returns it"
-    except LookupError:
-        pass
-    task_id, context_id = str(task.pk), task.context_id
-    status = {
-        "state": view.state,
-        "timestamp": view.status_timestamp.isoformat(),
-        "message": view.status_message.as_payload() if view.status_message else None,
-    }
-    try:
-        return {
-            "status": encoders.encode_event(task.dialect, task_id, context_id, EventKind.STATUS, status),
-            "artifacts": [
-                encoders.encode_event(
-                    task.dialect,
-                    task_id,
-                    context_id,
-                    EventKind.ARTIFACT,
-                    {"artifact": a.as_payload(), "append": False, "last_chunk": True},
-                )
-                for a in view.artifacts
-            ],
-            "history": [
-                encoders.encode_event(task.dialect, task_id, context_id, EventKind.MESSAGE, {"message": m.as_payload()})
-                for m in view.history
-            ],
-        }, f"its status, artifacts and history as {task.get_dialect_display()} encodes them in its events"
-    except (LookupError, ValueError, TypeError):  # no encoder, or a payload it cannot read
-        return {
-            "status": status,
-            "artifacts": [a.as_payload() for a in view.artifacts],
-            "history": [m.as_payload() for m in view.history],
-            "metadata": view.metadata,
-        }, "the store's own form (its dialect registered no encoder)"
-
-
-def _encoded_event(task: Task, kind: str, payload: dict[str, Any]) -> Any:
-    try:
-        return encoders.encode_event(task.dialect, str(task.pk), task.context_id, kind, payload)
-    except (LookupError, KeyError, ValueError, TypeError):
-        return None
 
 
 def _queue_depth() -> int | None:
@@ -298,12 +243,23 @@ class TaskDetailAdmin:
         return self.member_may(request, Role.OPERATOR, task.tenant_id if task is not None else None)
 
     def _acting_on(self, request: HttpRequest, object_id: str) -> Task:
-        if request.method != "POST":
-            raise _NotAllowed
         task = self._visible_task(request, object_id)
         if not self.may_act(request, task):
             raise PermissionDenied
         return task
+
+    def _not_posted(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse | None:
+        """An action is a POST (its button on the task's page). Its address opened as a page (a
+        link followed, a bookmark, a URL typed) leads back to the task's page, saying so; another
+        method is 405. None for a POST."""
+        if request.method == "POST":
+            return None
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["POST"])
+        task = self._visible_task(request, object_id)  # another tenant's task: 404, as one that does not exist
+        said = f"{action} is done with its button on this page: opening its address changes nothing."
+        self.message_user(request, said, messages.INFO)
+        return self._back(task)
 
     def _back(self, task: Task) -> HttpResponseRedirect:
         return HttpResponseRedirect(self._url("change", task.pk))
@@ -326,7 +282,10 @@ class TaskDetailAdmin:
         related = selectors.task_related(task, tenant_ids=tenant_ids)
         # A task of more than one timeline page is not read whole for the page: the export has it.
         if task.last_seq <= self.timeline_page_size:
-            encoded, encoded_as = _dialect_encoding(task)
+            try:
+                encoded, encoded_as = exports.dialect_encoding(task)
+            except TaskNotFound:
+                raise Http404("No such object.") from None
             raw = pretty(encoded)
         else:
             encoded_as, raw = "", ""
@@ -454,12 +413,15 @@ class TaskDetailAdmin:
     # --- the actions
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        try:
-            task = self._acting_on(request, object_id)
-        except _NotAllowed:
-            return HttpResponseNotAllowed(["POST"])
+        if (answer := self._not_posted(request, object_id, "Cancel")) is not None:
+            return answer
+        task = self._acting_on(request, object_id)
         # The reason reaches the task's client (AIP shows it); who canceled is in the admin's log.
-        reason = (request.POST.get("reason") or "").strip()[:500] or services.OPERATOR_CANCEL_REASON
+        try:
+            reason = admin_actions.cancel_reason(request.POST.get("reason"))
+        except storable.Refused as exc:
+            self.message_user(request, f"The task was not canceled: {exc}.", messages.ERROR)
+            return self._back(task)
         try:
             services.task_cancel_as_operator(task_id=task.pk, reason=reason)
         except (TaskNotCancelable, TaskNotFound) as exc:
@@ -470,10 +432,9 @@ class TaskDetailAdmin:
         return self._back(task)
 
     def redispatch_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        try:
-            task = self._acting_on(request, object_id)
-        except _NotAllowed:
-            return HttpResponseNotAllowed(["POST"])
+        if (answer := self._not_posted(request, object_id, "Re-dispatch")) is not None:
+            return answer
+        task = self._acting_on(request, object_id)
         try:
             token = services.task_redispatch_as_operator(task_id=task.pk, time_limit=settings.AGENT_TIME_LIMIT)
         except (services.TaskNotStuck, TaskNotFound) as exc:
@@ -484,27 +445,13 @@ class TaskDetailAdmin:
         return self._back(task)
 
     def export_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if (answer := self._not_posted(request, object_id, "Export")) is not None:
+            return answer
+        task = self._acting_on(request, object_id)
         try:
-            task = self._acting_on(request, object_id)
-        except _NotAllowed:
-            return HttpResponseNotAllowed(["POST"])
-        encoded, encoded_as = _dialect_encoding(task)
-        document = {
-            "dialect": task.dialect,
-            "encoding": encoded_as,
-            "exported_at": stamp(timezone.now()),
-            "task": encoded,
-            "events": [
-                {
-                    "seq": e.seq,
-                    "kind": e.kind,
-                    "created_at": stamp(e.created_at),
-                    "encoded": _encoded_event(task, e.kind, e.payload),
-                    "payload": e.payload,
-                }
-                for e in selectors.task_events_all(task)
-            ],
-        }
+            document = exports.task_export(task)
+        except TaskNotFound:
+            raise Http404("No such object.") from None
         self.log_change(request, task, "Exported as JSON.")
         response = HttpResponse(
             json.dumps(document, ensure_ascii=False, default=str, indent=1), content_type="application/json"
@@ -570,7 +517,3 @@ class TaskDetailAdmin:
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/tasks_app/task/overview.html", context)
-
-
-class _NotAllowed(Exception):
-    """An action asked for by another method than POST."""

@@ -1030,7 +1030,7 @@ def id_rule(body: bytes) -> tuple[Any, tuple]:
     return (None, (None, value)) if bom else (value, (value,))
 
 
-STORE_DEPTH = 64  # the server's documented nesting limit (README, "What is served")
+STORE_DEPTH = 64  # the server's documented nesting limit (docs/bindings.md, accounts/storable.py)
 
 
 def _read_to_the_depth_limit(text: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -289,11 +290,22 @@ def add_checks(entry: Entry, oks: list[bool], *, every: timedelta = timedelta(ho
 
 @pytest.fixture
 def fresh_cache(settings) -> Any:
-    """Django's cache (Redis) under a key prefix of this test's own: throttles, login counts
-    and cached filter choices start from nothing, and no other test (or test run) shares them.
+    """Django's cache (Redis) under a key prefix of this test's own, and the directory's filter
+    choices this process kept dropped: throttles, login counts and filter counts start from
+    nothing, and no other test (or test run) shares them.
     Nothing is flushed: the Redis database also holds the broker's queues."""
     from django.core.cache import cache
 
+    from accounts import changes
+    from registry.views import FACETS
+
+    FACETS.clear()
+    # The filter choices are kept only while this process hears of every change (as a server
+    # does): wait for the listener, so that a test sees them kept.
+    deadline = time.monotonic() + 5
+    while not changes.hears_every_change():
+        assert time.monotonic() < deadline, "the accounts change listener never subscribed"
+        time.sleep(0.01)
     settings.CACHES = {
         name: {**config, "KEY_PREFIX": f"{config.get('KEY_PREFIX', '')}-{uuid.uuid4().hex[:12]}"}
         for name, config in settings.CACHES.items()

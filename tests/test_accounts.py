@@ -109,6 +109,20 @@ def test_revoke_api_key_takes_effect_on_the_next_request_and_is_idempotent(rpc, 
     assert "already revoked" in run("revoke_api_key", key)  # the whole key works as well as its prefix
 
 
+def test_keeping_a_named_key_reuses_it_while_it_works_and_revokes_the_others_of_its_name(tenant):
+    from accounts.services import api_key_create, api_key_keep
+
+    other, _ = api_key_create(tenant=tenant, name="ci", principal="ci")
+    first, plaintext = api_key_keep(tenant=tenant, name="demo", principal="demo")
+    assert api_key_keep(tenant=tenant, name="demo", principal="demo", plaintext=plaintext) == (first, plaintext)
+    ApiKey.objects.filter(pk=first.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    second, fresh = api_key_keep(tenant=tenant, name="demo", principal="demo", plaintext=plaintext)
+    assert second.pk != first.pk and fresh != plaintext
+    first.refresh_from_db()
+    other.refresh_from_db()
+    assert first.revoked_at is not None and other.revoked_at is None  # a key of another name stays
+
+
 def test_list_api_keys_shows_what_a_key_is_never_its_secret(rpc, echo_agent):
     key = run("create_api_key", "acme", "--name", "ci", "--agent", "echo")
     revoked = run("create_api_key", "acme", "--name", "old")

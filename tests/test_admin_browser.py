@@ -6,8 +6,9 @@ task, and checks that the admin's stylesheet is applied, not only linked.
 `make test` installs chromium and chromium-driver when they are missing and it can (apt-get, as
 root). Without them this test fails and says so; AGENTSERVER_NO_BROWSER=1 skips it instead, on a
 machine known to have no browser. A screenshot of each page it checks goes to ARTIFACTS_DIR
-(default test-artifacts/, git-ignored). The API's docs page is checked the same way: it renders,
-loading nothing from anywhere but this server."""
+(default test-artifacts/, git-ignored). The task list is read at 1,280 and 1,440 px and cancels
+tasks in bulk. The API's docs page is checked the same way: it renders, loading nothing from
+anywhere but this server."""
 
 from __future__ import annotations
 
@@ -217,6 +218,98 @@ def test_a_superuser_logs_in_filters_the_tasks_and_reads_one_in_a_styled_admin(
     assert_styled(browser)
     shot = screenshot(browser, "admin-task-detail")
     assert shot.stat().st_size > 10_000  # a page, not a blank
+
+
+def log_in(browser, server: str, username: str) -> None:
+    """A superuser `username`, signed in through the admin's login form."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    user = get_user_model().objects.create_superuser(username, f"{username}@example.com")
+    # The server runs the production settings, which do not know the tests' fast hasher.
+    user.password = make_password(PASSWORD, hasher="pbkdf2_sha256")
+    user.save(update_fields=["password"])
+    browser.delete_all_cookies()
+    browser.get(f"{server}/admin/login/")
+    WebDriverWait(browser, WAIT).until(ec.presence_of_element_located((By.ID, "id_username")))
+    browser.find_element(By.ID, "id_username").send_keys(username)
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "#login-form [type=submit]").click()
+    WebDriverWait(browser, WAIT).until(ec.presence_of_element_located((By.ID, "user-tools")))
+
+
+# What the list must show without scrolling sideways, beside its filters.
+LIST_COLUMNS = ("task_id", "agent_name", "state_badge", "last_change", "messages", "artifacts")
+
+
+def test_the_task_list_reads_at_1280_and_1440_px_and_cancels_tasks_in_bulk_with_a_reason(
+    browser, server, rpc, conformance_agent, alice_key
+):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    from tasks_app.models import Task
+
+    asking = [
+        rpc(
+            "/agents/acme/conformance/",
+            "SendMessage",
+            {"message": user_message(f"question {n}", messageId=f"tck-input-required-{uuid.uuid4()}")},
+            key=alice_key,
+        ).result["task"]["id"]
+        for n in range(3)
+    ]
+    log_in(browser, server, "bulk-root")
+    wait = WebDriverWait(browser, WAIT)
+    try:
+        for width in (1280, 1440):
+            browser.set_window_size(width, 1000)
+            browser.get(f"{server}/admin/tasks_app/task/")
+            wait.until(ec.presence_of_element_located((By.ID, "result_list")))
+            layout = browser.execute_script(
+                """
+                const right = c => document.querySelector('#result_list th.column-' + c).getBoundingClientRect().right;
+                const ids = [...document.querySelectorAll('#result_list .task-id')];
+                const table = document.querySelector('#changelist .results');
+                return {
+                  page: document.documentElement.scrollWidth, window: window.innerWidth,
+                  table: table.scrollWidth, shown: table.clientWidth,
+                  rights: arguments[0].map(right),
+                  ids: ids.map(e => ({text: e.textContent, title: e.title, lines: e.getBoundingClientRect().height
+                                      / parseFloat(getComputedStyle(e).lineHeight || 16),
+                                      clipped: e.scrollWidth > e.clientWidth})),
+                };
+                """,
+                list(LIST_COLUMNS),
+            )
+            assert layout["page"] <= layout["window"], f"{width} px: the page scrolls sideways: {layout}"
+            assert layout["table"] <= layout["shown"], f"{width} px: the list scrolls sideways: {layout}"
+            assert max(layout["rights"]) <= layout["window"], f"{width} px: a column is off screen: {layout}"
+            shown = [i for i in layout["ids"] if i["text"] in asking]
+            assert len(shown) == 3, layout["ids"]
+            for one in shown:  # one line, its first characters; the whole id on hover and in a copy
+                assert one["title"] == one["text"] and one["clipped"] and one["lines"] < 1.6, one
+            screenshot(browser, f"admin-task-list-{width}")
+    finally:
+        browser.set_window_size(1280, 1000)
+
+    # Two tasks ticked, the action chosen, the reason given on the page that asks for it.
+    for task_id in asking[:2]:
+        browser.find_element(By.CSS_SELECTOR, f"input[name=_selected_action][value='{task_id}']").click()
+    Select(browser.find_element(By.CSS_SELECTOR, "select[name=action]")).select_by_value("cancel_selected")
+    browser.find_element(By.CSS_SELECTOR, "#changelist-form button[name=index]").click()
+    wait.until(ec.presence_of_element_located((By.ID, "cancel-reason")))
+    assert "Cancel 2 tasks?" in browser.find_element(By.ID, "content").text
+    assert_styled(browser)
+    browser.find_element(By.ID, "cancel-reason").send_keys("kitchen closed")
+    screenshot(browser, "admin-task-bulk-cancel")
+    browser.find_element(By.CSS_SELECTOR, "#content form [type=submit]").click()
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "ul.messagelist")))
+    assert "Canceled 2 tasks" in browser.find_element(By.CSS_SELECTOR, "ul.messagelist").text
+    states = dict(Task.objects.filter(pk__in=asking).values_list("id", "state"))
+    assert [states[uuid.UUID(t)] for t in asking] == ["canceled", "canceled", "input-required"]
 
 
 def test_the_api_docs_page_renders_both_apis_with_no_request_off_the_machine(browser, server):

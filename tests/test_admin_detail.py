@@ -1,6 +1,7 @@
-"""The admin's task page, its actions (cancel, re-dispatch, export) and the overview
-(tasks_app.admin_detail): what each shows, what it costs in queries, who may act, and that a
-cancel from the admin reaches the running agent and its stream subscribers."""
+"""The admin's task page, its actions (cancel, re-dispatch, export; their bulk forms on the list:
+tests/test_admin_actions.py) and the overview (tasks_app.admin_detail): what each shows, what it
+costs in queries, who may act, and that a cancel from the admin reaches the running agent and its
+stream subscribers."""
 
 from __future__ import annotations
 
@@ -376,7 +377,21 @@ def test_export_downloads_the_dialects_encoding_and_the_events(bag, runs, tenant
     raw = base64.b64decode(document["events"][2]["payload"]["artifact"]["parts"][2]["bytes"])
     assert raw == FILE_BYTES
     assert logged(task, "operator", "Exported as JSON")
-    assert operator.get(page_url(task, "export/")).status_code == 405
+
+
+ACTIONS = [("cancel/", "Cancel"), ("redispatch/", "Re-dispatch"), ("export/", "Export")]
+
+
+@pytest.mark.parametrize(("action", "name"), ACTIONS)
+def test_an_action_s_address_opened_as_a_page_leads_back_to_the_task_saying_so(action, name, bag, runs, tenant):
+    task = task_in(TaskState.WORKING, bag)
+    operator = browser_for("operator", tenant=tenant, role=Role.OPERATOR)
+    opened = operator.get(page_url(task, action))
+    assert opened.status_code == 302 and opened["Location"] == page_url(task)
+    page = operator.get(page_url(task)).content.decode()
+    assert f"{name} is done with its button on this page: opening its address changes nothing." in page
+    assert Task.objects.get(pk=task.pk).state == TaskState.WORKING and not LogEntry.objects.exists()
+    assert operator.put(page_url(task, action)).status_code == 405
 
 
 @pytest.mark.parametrize(("role", "may"), [(Role.VIEWER, False), (Role.OPERATOR, True), (Role.OWNER, True)])
@@ -410,6 +425,8 @@ def test_another_tenants_task_its_files_and_its_actions_answer_404(bag, runs, te
         assert response.status_code == 404 and response.content == missing.content
     for action in ("cancel/", "redispatch/", "export/"):
         assert browser.post(page_url(foreign, action)).status_code == 404
+        opened = browser.get(page_url(foreign, action))
+        assert opened.status_code == 404 and opened.content == missing.content
     foreign.refresh_from_db()
     assert foreign.state == TaskState.WORKING
     # Nor in the overview: no tasks of globex there.

@@ -4,6 +4,7 @@ order and count, and what it costs. The benchmark on a million tasks: bench/admi
 from __future__ import annotations
 
 import importlib
+import re
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -84,15 +85,34 @@ def test_the_list_shows_tasks_in_every_state_with_badges_counts_and_durations(su
         assert f'class="task-state task-state-{state}"' in page
     assert "tasks_app/admin_list.css" in page
     assert "5 min" in page  # last change − created
-    assert "A2A 1.0" in page and "acme/echo" in page
+    assert "A2A 1.0" in page and "acme/<wbr>echo" in page
     assert len(_listed(superuser)) == len(TaskState.values)
+
+
+def test_a_row_shows_the_short_id_holding_the_whole_one_the_counts_and_the_last_change(superuser, echo_agent):
+    (task,) = _tasks(echo_agent, 1, context_id="ctx-short")
+    Task.objects.filter(pk=task.pk).update(message_count=3, artifact_count=7)
+    page = superuser.get(LIST).content.decode()
+    # The whole id is the link's text (copied whole) and its title (shown on hover); the style
+    # clips it to its first characters.
+    assert f'<span class="task-id" title="{task.pk}">{task.pk}</span>' in page
+    assert f'href="/admin/tasks_app/task/{task.pk}/change/"' in page
+    assert '<td class="field-messages">3</td>' in page and '<td class="field-artifacts">7</td>' in page
+    changed = timezone.localtime(Task.objects.get(pk=task.pk).status_timestamp)
+    assert (
+        f">{changed:%Y-%m-%d %H:%M:%S}</time>" in page
+        and f'title="{changed.isoformat(timespec="milliseconds")}"' in page
+    )
+    headers = re.findall(r'<th scope="col" class="(?:sortable )?column-(\w+)', page)
+    assert headers[:5] == ["task_id", "agent_name", "state_badge", "last_change", "messages"]  # after the checkbox
 
 
 def test_the_list_is_newest_change_first_and_sorts_oldest_first_on_the_same_key(superuser, echo_agent):
     now = timezone.now()
     old, new = (_tasks(echo_agent, 1, status_timestamp=now - timedelta(hours=h))[0] for h in (2, 1))
     assert _listed(superuser) == [str(new.pk), str(old.pk)]
-    column = list(admin_list.TaskList.list_display).index("status_timestamp")
+    # The bulk actions' checkbox is the first column (the `o` parameter counts it).
+    column = ["action_checkbox", *admin_list.TaskList.list_display].index("last_change")
     assert _listed(superuser, f"?o={column}") == [str(old.pk), str(new.pk)]
 
 

@@ -141,3 +141,14 @@ def test_kubernetes_pods_require_the_metrics_token_from_a_secret_and_prometheus_
             "type": "Bearer",
             "credentials": {"name": "agentserver-metrics", "key": "token"},
         }
+
+
+def test_no_image_or_deployment_makes_the_development_superuser_or_keeps_the_demo_key():
+    """`make run` alone passes seed_demo --admin-file (a superuser with a password kept on
+    disk) and --key-file: the image, compose and Kubernetes never do."""
+    shipped = [ROOT / "Dockerfile", ROOT / "docker-compose.yml", *sorted((ROOT / "deploy").rglob("*"))]
+    for path in (p for p in shipped if p.is_file()):
+        text = path.read_text()
+        for word in ("--admin-file", "--key-file", "admin-password", "demo-key", "superuser_ensure"):
+            assert word not in text, f"{path.relative_to(ROOT)} mentions {word}"
+    assert "--admin-file" in (ROOT / "scripts" / "run.sh").read_text()

@@ -85,6 +85,25 @@ def test_the_embedded_mode_lists_and_searches_the_directory_without_postgres(tmp
     assert result["page"] == 200 and result["page_has_echo"]
 
 
+READY_SCRIPT = r"""
+import json
+import django
+django.setup()
+from django.core.management import call_command
+from django.test import Client
+
+call_command("migrate", verbosity=0)
+answer = Client().get("/readyz")
+print(json.dumps({"status": answer.status_code, "body": answer.json()}))
+"""
+
+
+def test_the_embedded_mode_s_readiness_names_its_database_sqlite(tmp_path):
+    result = run_embedded(READY_SCRIPT, tmp_path)
+    assert result["status"] == 200
+    assert result["body"]["checks"] == {"sqlite": {"ok": True}, "redis": {"ok": True}, "queue": {"ok": True}}
+
+
 # --- the embedded mode served by daphne: agents on its threads, wake-ups in-process ------------
 # The rest of the live tests run against these threads too, on Postgres without Redis
 # (tests/conftest.py `live_each_mode`); these run the embedded mode whole, on SQLite.

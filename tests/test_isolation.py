@@ -609,6 +609,24 @@ def test_a_listed_entry_s_newer_card_is_not_public_until_approved(client, regist
         assert body["results"] == [], name  # search reads the approved card
 
 
+def test_the_submit_page_is_the_same_for_everyone_and_names_no_entry(client, registry_world, django_user_model):
+    """/registry/submit/ (a page, signed in by the session): the steps, the same to anyone; and
+    the site's root leads everyone to the directory."""
+    import re
+
+    shown, root = {}, set()
+    for name in (*INSIDERS, *OUTSIDERS):
+        client.logout()
+        if name != "anonymous":
+            client.force_login(django_user_model.objects.get(username=name))
+        response = client.get("/registry/submit/")
+        assert response.status_code == 200, name
+        shown[name] = re.search(r"<main.*</main>", response.content.decode(), re.S).group(0)
+        root.add((client.get("/").status_code, client.get("/")["Location"]))  # the site's root, too
+    assert len(set(shown.values())) == 1 and root == {(302, "/registry/")}
+    assert "Secret" not in shown["curator"] and "Listed agent" not in shown["curator"]
+
+
 # --- the same matrix in A2A 0.1, whose clients choose their tasks' ids -----------------------
 #
 # A 0.1 request names a task by the id its client chose (long and random here: anonymous

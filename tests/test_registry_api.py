@@ -719,6 +719,10 @@ def test_verifying_is_for_owners_and_curators_and_not_for_hosted_entries(as_, us
     assert as_("stranger").post(f"{AGENTS}{entry.pk}/verify/", {"method": "http"}).status_code == 403
     bad = as_("owner").post(f"{AGENTS}{entry.pk}/verify/", {"method": "carrier pigeon"})
     assert bad.status_code == 400 and "use one of: http, dns" in bad.json()["detail"]
+    for raw in (b"", b"{}", b'{"method": null}', b'{"how": "http"}'):
+        unsaid = as_("owner").post(f"{AGENTS}{entry.pk}/verify/", raw=raw)
+        assert unsaid.status_code == 400 and unsaid.json()["detail"].startswith("method: this field ")
+        assert unsaid.json()["detail"].endswith("use one of: http, dns"), unsaid.json()
     hosted = make_entry(name="Hosted", agent=make_agent(tenant, "helper", "echo"))
     refused = as_("curator").post(f"{AGENTS}{hosted.pk}/verify/", {"method": "http"})
     assert refused.status_code == 400 and "hosted" in refused.json()["detail"]

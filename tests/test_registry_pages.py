@@ -36,6 +36,7 @@ from tests import registry_factories
 fresh_cache = registry_factories.fresh_cache  # the fixture
 
 DIRECTORY = "/registry/"
+SUBMIT = "/registry/submit/"
 PROVIDERS = ("Acme Robotics", "Globex", "Initech", "Umbrella Labs", "Hooli", "Stark Industries")
 TOPICS = ("weather", "translation", "invoices", "travel", "recipes", "contracts", "music", "chess")
 SEEDED = 300
@@ -592,8 +593,31 @@ def test_a_bad_query_string_gets_a_400_page_that_says_what_is_wrong(client, quer
 
 
 @pytest.mark.django_db
+def test_the_submit_page_explains_the_api_steps_with_this_server_s_urls(client):
+    directory = client.get(DIRECTORY).content.decode()
+    assert directory.count(f'href="{SUBMIT}"') == 2  # the site's navigation, and the page's own words
+    page = client.get(SUBMIT)
+    assert page.status_code == 200
+    html = unescape(page.content.decode())
+    steps = re.findall(r"<h2>([^<]+)</h2>", html)
+    assert steps == [
+        "Get a token",
+        "Submit the agent",
+        "Publish the proof on the card's host",
+        "Ask the server to check",
+        "Wait for a curator",
+    ]
+    assert "curl -s http://testserver/api/registry/token/" in html
+    assert "curl -s http://testserver/api/registry/agents/ -H" in html
+    assert "http://testserver/api/registry/agents/$ID/verify/" in html and """-d '{"method": "http"}'""" in html
+    assert "<code>method</code> is required: <code>http</code> or <code>dns</code>" in html
+    assert "/.well-known/agentserver-verification.txt" in html and "_agentserver-verification.<host>" in html
+    assert 'href="/api/docs/"' in html and 'aria-current="page">Submit an agent</a>' in html
+
+
+@pytest.mark.django_db
 def test_the_pages_are_read_only(client, planner):
-    for url in (DIRECTORY, f"/registry/{planner.pk}/"):
+    for url in (DIRECTORY, f"/registry/{planner.pk}/", SUBMIT):
         assert client.post(url).status_code == 405
         assert client.head(url).status_code == 200
 
@@ -707,6 +731,11 @@ def test_no_query_string_makes_the_directory_answer_500(client, seeded, pairs, c
     for url in (DIRECTORY + "?" + urlencode(pairs), DIRECTORY + "?" + raw):
         response = client.get(url)
         assert response.status_code in (200, 400), (url, response.status_code)
+    for url in (SUBMIT + "?" + urlencode(pairs), SUBMIT + "?" + raw):  # it reads no query at all
+        assert client.get(url).status_code == 200, url
+    for url in ("/?" + urlencode(pairs), "/?" + raw):  # the site's root leads to the directory
+        answer = client.get(url)
+        assert answer.status_code == 302 and answer["Location"].startswith(DIRECTORY), url
 
 
 # --- queries ----------------------------------------------------------------------------------------------

@@ -276,7 +276,7 @@ def test_a_hosted_agent_gets_an_entry_awaiting_review_with_its_generated_card(te
     assert entry is not None
     assert (entry.kind, entry.state, entry.domain_verified_by) == (Kind.HOSTED, State.PENDING, "hosted")
     assert entry.current_version.dialect == "1.0" and entry.name == agent.name
-    assert entry.card_url.endswith(f"{agent.path}/.well-known/agent-card.json")
+    assert entry.card_url == f"http://localhost:8000{agent.path}.well-known/agent-card.json"
     assert entry.health == Health.HEALTHY
 
 

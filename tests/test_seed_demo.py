@@ -4,15 +4,17 @@ host names."""
 
 import io
 import json
+import stat
 
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from accounts.models import Agent, AgentHost, ApiKey
 from registry.models import Entry, State
 
 
-def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key(db, capsys, rpc):
+def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key_revoking_the_one_before(db, capsys, rpc):
     call_command("seed_demo", "--json")
     first = json.loads(capsys.readouterr().out)
     call_command("seed_demo", "--json")
@@ -32,6 +34,64 @@ def test_seed_demo_is_idempotent_and_prints_paths_and_a_fresh_key(db, capsys, rp
     public = dict(Agent.objects.values_list("slug", "is_public"))
     assert public == {"echo": False, "conformance": True, "writer": False}
     assert rpc("/agents/demo/echo/", "ListTasks", {}, key=second["api_key"]).status == 200
+    assert rpc("/agents/demo/echo/", "ListTasks", {}, key=first["api_key"]).status == 401
+    assert ApiKey.objects.filter(revoked_at__isnull=True).count() == 1
+
+
+def _seeded(*options) -> dict:
+    out = io.StringIO()
+    call_command("seed_demo", "--json", *options, stdout=out, stderr=io.StringIO())
+    return json.loads(out.getvalue())
+
+
+def test_with_a_key_file_every_run_uses_the_same_key_and_no_other_works(db, tmp_path, rpc):
+    kept = tmp_path / "run" / "demo-key"
+    first = _seeded("--key-file", str(kept))
+    assert kept.read_text() == first["api_key"] + "\n" and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    again = _seeded("--key-file", str(kept))
+    assert again["api_key"] == first["api_key"]
+    assert ApiKey.objects.filter(tenant__slug="demo").count() == 1
+    assert rpc("/agents/demo/echo/", "ListTasks", {}, key=first["api_key"]).status == 200
+
+
+def test_a_kept_key_that_no_longer_works_is_replaced_and_the_file_rewritten(db, tmp_path, rpc):
+    kept = tmp_path / "demo-key"
+    first = _seeded("--key-file", str(kept))
+    call_command("revoke_api_key", first["api_key"], stdout=io.StringIO())
+    second = _seeded("--key-file", str(kept))
+    assert second["api_key"] != first["api_key"] and kept.read_text().strip() == second["api_key"]
+    assert rpc("/agents/demo/echo/", "ListTasks", {}, key=second["api_key"]).status == 200
+    kept.write_text("ask_000000000000_not-a-key-this-server-made\n")
+    third = _seeded("--key-file", str(kept))
+    assert third["api_key"] not in (first["api_key"], second["api_key"])
+    assert ApiKey.objects.filter(revoked_at__isnull=True).count() == 1
+
+
+def test_the_admin_file_makes_a_superuser_once_and_keeps_its_password(db, tmp_path, client):
+    kept = tmp_path / "admin-password"
+    first = _seeded("--admin-file", str(kept))["admin"]
+    assert first["username"] == "admin" and len(first["password"]) >= 16
+    assert kept.read_text().strip() == first["password"] and stat.S_IMODE(kept.stat().st_mode) == 0o600
+    assert _seeded("--admin-file", str(kept))["admin"] == first
+    assert User.objects.filter(is_superuser=True).count() == 1
+    assert client.login(username="admin", password=first["password"])
+
+
+def test_a_superuser_whose_password_was_changed_is_left_alone_and_its_password_not_shown(db, tmp_path, client):
+    kept = tmp_path / "admin-password"
+    _seeded("--admin-file", str(kept))
+    admin = User.objects.get(username="admin")
+    admin.set_password("the-owner-s-own-choice")
+    admin.save()
+    assert _seeded("--admin-file", str(kept))["admin"] == {"username": "admin", "password": None}
+    kept.unlink()  # `make clean` empties the run directory: nothing is reset either
+    assert _seeded("--admin-file", str(kept))["admin"]["password"] is None and not kept.exists()
+    assert client.login(username="admin", password="the-owner-s-own-choice")
+
+
+def test_without_the_admin_file_no_user_is_made(db):
+    assert "admin" not in _seeded()
+    assert not User.objects.exists()
 
 
 def test_the_conformance_agent_takes_any_media_type_and_the_others_only_text(transactional_db, capsys, rpc):

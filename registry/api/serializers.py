@@ -21,7 +21,11 @@ MAX_VALUES = 10
 
 def _one_of(values: Any) -> dict[str, str]:
     allowed = ", ".join(str(v) for v in values)
-    return {"invalid_choice": f'"{{input}}" is not allowed here; use one of: {allowed}'}
+    return {
+        "invalid_choice": f'"{{input}}" is not allowed here; use one of: {allowed}',
+        "required": f"this field is required; use one of: {allowed}",
+        "null": f"this field may not be null; use one of: {allowed}",
+    }
 
 
 def _choice(choices: Any, **kwargs: Any) -> serializers.ChoiceField:
@@ -110,7 +114,11 @@ class SubmitIn(serializers.Serializer):
 
 
 class VerifyIn(serializers.Serializer):
-    method = _choice([ProofMethod.HTTP.value, ProofMethod.DNS.value], help_text="Where to look for the token.")
+    method = _choice(
+        [ProofMethod.HTTP.value, ProofMethod.DNS.value],
+        help_text="Where to look for the token: http (the file at the card host's "
+        "/.well-known/agentserver-verification.txt) or dns (the TXT record at _agentserver-verification.<host>).",
+    )
 
 
 class TransitionIn(serializers.Serializer):
