@@ -125,7 +125,8 @@ def test_each_choice_column_s_domain_admits_exactly_the_field_s_choices(db):
             assert admitted == {value for value, _ in field.flatchoices}, f"{model.__name__}.{field.name}"
             assert base == f"character varying({field.max_length})", f"{model.__name__}.{field.name}"
             cursor.execute(
-                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+                "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+                " WHERE attrelid = %s::regclass AND attname = %s",
                 [model._meta.db_table, field.column],
             )
             assert cursor.fetchone() == (field.domain,), f"{model.__name__}.{field.name} is not of its domain"
@@ -141,7 +142,9 @@ def test_the_claim_of_a_run_checks_no_choice_column(task):
     Task.objects.filter(pk=task.pk).update(run_token=uuid.uuid4())
     with connection.cursor() as cursor:
         cursor.execute("ALTER DOMAIN tasks_state DROP CONSTRAINT tasks_state_valid")
-        cursor.execute("ALTER DOMAIN tasks_state ADD CONSTRAINT tasks_state_valid CHECK (VALUE <> 'submitted') NOT VALID")
+        cursor.execute(
+            "ALTER DOMAIN tasks_state ADD CONSTRAINT tasks_state_valid CHECK (VALUE <> 'submitted') NOT VALID"
+        )
     Task.objects.filter(pk=task.pk).update(run_claimed_at=timezone.now())  # not refused: state untouched
     _refused(pk=task.pk, state="submitted")
 
