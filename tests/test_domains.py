@@ -65,7 +65,7 @@ def test_setting_the_words_replaces_the_check_and_reversing_restores_the_previou
     op = SetChoiceDomainWords("tasks_x", ["a", "b"], previous=["a"])
     assert op.forwards() == [
         "ALTER DOMAIN tasks_x DROP CONSTRAINT IF EXISTS tasks_x_valid",
-        "ALTER DOMAIN tasks_x ADD CONSTRAINT tasks_x_valid CHECK (VALUE::text = ANY ('{\"a\",\"b\"}'::text[]))",
+        'ALTER DOMAIN tasks_x ADD CONSTRAINT tasks_x_valid CHECK (VALUE::text = ANY (\'{"a","b"}\'::text[]))',
     ]
     assert op.backwards()[1].endswith("('{\"a\"}'::text[]))")
     assert SetChoiceDomainWords("tasks_x", ["a"]).backwards() == [
