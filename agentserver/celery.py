@@ -46,6 +46,14 @@ def _trace(**_: object) -> None:
     tracing.configure(service="agentserver-worker")
 
 
+@signals.worker_process_init.connect
+def _beat(**_: object) -> None:
+    # Each prefork child, the process that claims runs, proves it is alive (tasks_app.holders).
+    from tasks_app import holders
+
+    holders.start_heartbeat()
+
+
 @signals.worker_process_shutdown.connect
 def _flush_traces(**_: object) -> None:
     from agentserver import tracing

@@ -192,6 +192,16 @@ SWEEP_UNCLAIMED_AFTER = env.int("SWEEP_UNCLAIMED_AFTER", default=30)
 # that declares itself safe to re-run (`Executor.rerunnable`), then fails it `worker-lost`.
 SWEEP_LOST_GRACE = env.int("SWEEP_LOST_GRACE", default=60)
 AGENT_RUN_RETRIES = env.int("AGENT_RUN_RETRIES", default=2)
+# Worker liveness (tasks_app.holders, tasks_app.liveness): each process that runs agents beats
+# every RUN_HEARTBEAT_EVERY seconds from a thread of its own; a run whose process fell
+# RUN_LIVENESS_TIMEOUT behind is taken from it (as a lost run, above) by a sweep every
+# RUN_LIVENESS_CHECK_EVERY seconds: within timeout + check of a kill. A timeout of 0 turns it
+# off (no heartbeat; lost runs wait for the sweep above).
+RUN_HEARTBEAT_EVERY = env.float("RUN_HEARTBEAT_EVERY", default=2.0)
+RUN_LIVENESS_TIMEOUT = env.float("RUN_LIVENESS_TIMEOUT", default=10.0)
+RUN_LIVENESS_CHECK_EVERY = env.float("RUN_LIVENESS_CHECK_EVERY", default=2.0)
+if RUN_LIVENESS_TIMEOUT and not 0 < RUN_HEARTBEAT_EVERY * 2 <= RUN_LIVENESS_TIMEOUT:
+    raise ImproperlyConfigured("RUN_HEARTBEAT_EVERY must be positive and at most half of RUN_LIVENESS_TIMEOUT")
 # Each periodic job (the sweepers, below and in the sections of push and the registry) runs in
 # one process at a time, under a lease named after its beat entry (tasks_app/leases.py) that
 # runs out after this many seconds if its holder died: keep it well above the longest sweep.
@@ -200,6 +210,10 @@ CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-work": {
         "task": "tasks_app.tasks.sweep_stuck_work",
         "schedule": env.float("SWEEP_EVERY", default=15.0),
+    },
+    "sweep-lost-runs": {
+        "task": "tasks_app.tasks.sweep_lost_runs",
+        "schedule": RUN_LIVENESS_CHECK_EVERY,
     },
     # Each timeout is also a job of its own, due when it runs out; this closes what those missed.
     "sweep-awaiting": {

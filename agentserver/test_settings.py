@@ -48,6 +48,10 @@ os.environ.setdefault("TENANT_API_WRITE_RATE", "")
 # the equal answer sets its own delay.
 os.environ.setdefault("AIP_GROUP_FAILED_JOIN_AFTER", "0")
 
+# No heartbeat thread in the test process (it would hold a connection to the test database
+# through its teardown); the live stacks turn worker liveness on as production has it.
+os.environ.setdefault("RUN_LIVENESS_TIMEOUT", "0")
+
 from .settings import *  # noqa: E402,F403
 from .settings import DATABASES  # noqa: E402 - named, as it is changed below
 

@@ -102,6 +102,9 @@ class Task(models.Model):
     run_token = models.UUIDField(null=True, blank=True)
     run_requested_at = models.DateTimeField(null=True, blank=True)
     run_claimed_at = models.DateTimeField(null=True, blank=True)
+    # The process that claimed the run (a RunHolder's id; no foreign key: holders come and go).
+    # In no index, as run_claimed_at: the claim stays a HOT update.
+    run_holder = models.UUIDField(null=True, blank=True)
     # How often this run was given again after its worker was lost (services.sweep_stuck_work).
     run_retries = models.PositiveSmallIntegerField(default=0, db_default=0)
     # Kept by the statements that store messages and artifacts (sql.NEW_TASK, sql.run_write,
@@ -341,6 +344,22 @@ class ActiveTaskCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}/{self.slot}: {self.active} active, {self.anonymous} anonymous"
+
+
+class RunHolder(models.Model):
+    """A process that claims runs (a Celery worker's child; the embedded mode's web process) and
+    when it last showed it was alive: it beats every RUN_HEARTBEAT_EVERY seconds, by Postgres's
+    clock, from a thread of its own (tasks_app.liveness). A run whose holder fell
+    RUN_LIVENESS_TIMEOUT behind is taken from it (`liveness.runs_of_lost_holders_retake`)."""
+
+    id = models.UUIDField(primary_key=True)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    beat_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid} ({self.id})"
 
 
 class StorageCount(models.Model):

@@ -25,7 +25,7 @@ from accounts import sealing, storable
 from accounts.models import Agent
 from accounts.selectors import Principal
 
-from . import dispatch, hints, hooks, media, sql
+from . import dispatch, hints, holders, hooks, media, sql
 from . import parts as P
 from .domain import MessageView, NewArtifact, NewMessage, RunInputs, TaskLimits, parse_task_id
 from .errors import (
@@ -649,11 +649,12 @@ def awaiting_expire_due(*, limit: int = 500) -> int:
 
 
 def run_claim(*, task_id: Any, run_token: Any) -> bool:
-    """Compare-and-set: true for exactly one caller per run token, however often it is delivered."""
+    """Compare-and-set: true for exactly one caller per run token, however often it is delivered.
+    The claim names this process as the run's holder (tasks_app.holders)."""
     return bool(
         Task.objects.filter(pk=task_id, run_token=run_token, run_claimed_at__isnull=True)
         .exclude(state__in=TERMINAL)
-        .update(run_claimed_at=timezone.now())
+        .update(run_claimed_at=timezone.now(), run_holder=holders.claiming())
     )
 
 
@@ -668,6 +669,7 @@ def run_start(*, task_id: Any, run_token: Any) -> RunInputs | None:
                 "task_id": task_id,
                 "run_token": run_token,
                 "now": timezone.now(),
+                "holder": holders.claiming(),
                 "terminal": _TERMINAL,
             },
         )
@@ -1027,7 +1029,13 @@ def run_again(*, task_id: Any, run_token: Any, retries: int) -> uuid.UUID | None
         run_token=run_token,
         run_retries__lt=retries,
         state__in=[TaskState.SUBMITTED, TaskState.WORKING],
-    ).update(run_token=fresh, run_claimed_at=None, run_requested_at=timezone.now(), run_retries=F("run_retries") + 1)
+    ).update(
+        run_token=fresh,
+        run_claimed_at=None,
+        run_holder=None,
+        run_requested_at=timezone.now(),
+        run_retries=F("run_retries") + 1,
+    )
     return fresh if given else None
 
 

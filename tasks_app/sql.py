@@ -480,10 +480,10 @@ _ARTIFACTS = f"""(SELECT coalesce(json_agg(json_build_object(
 # while it was small (a prepared statement keeps its plan for the connection's life), read
 # 1,700 index entries per claim under a backlog of 2,000 runs (measured, when such an index's
 # condition was `run_claimed_at IS NULL`). `num_nulls` matches no index's condition. The claim
-# writes run_claimed_at alone, which no index holds: a HOT update (migration 0018).
+# writes run_claimed_at and run_holder alone, which no index holds: a HOT update (migration 0018).
 RUN_START = f"""
 WITH claimed AS (
-    UPDATE {T} SET run_claimed_at = %(now)s
+    UPDATE {T} SET run_claimed_at = %(now)s, run_holder = %(holder)s
     WHERE id = %(task_id)s AND run_token = %(run_token)s AND num_nulls(run_claimed_at) = 1
       AND state <> ALL(%(terminal)s::text[])
     RETURNING id, agent_id, context_id, accepted_output_modes, run_token, executor_state, dialect,

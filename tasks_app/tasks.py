@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import dispatch, metrics, runner, services
+from . import dispatch, liveness, metrics, runner, services
 from .executors import REGISTRY
 from .leases import one_at_a_time
 
@@ -55,6 +55,24 @@ def sweep_stuck_work() -> dict[str, int]:
     if unclaimed or failed:
         log.info("sweeper: re-enqueued %d, failed %d lost runs", len(unclaimed), failed)
     return {"requeued": len(unclaimed), "failed": failed}
+
+
+@shared_task(ignore_result=True)
+@one_at_a_time("sweep-lost-runs")
+def sweep_lost_runs() -> dict[str, int]:
+    """Take the runs of worker processes that stopped beating (tasks_app.liveness)."""
+    again, failed = liveness.lost_holders_runs_retake(
+        timeout=settings.RUN_LIVENESS_TIMEOUT,
+        retries=settings.AGENT_RUN_RETRIES,
+        rerunnable={name for name, executor in REGISTRY.items() if executor.rerunnable},
+    )
+    for task_id, token in again:
+        dispatch.enqueue_run(task_id=task_id, run_token=token)
+    metrics.SWEEPS.labels("lost-holder-run-sent-again").inc(len(again))
+    metrics.SWEEPS.labels("lost-holder-run-failed").inc(failed)
+    if again or failed:
+        log.warning("liveness: %d runs of lost workers sent again, %d failed", len(again), failed)
+    return {"requeued": len(again), "failed": failed}
 
 
 @shared_task(ignore_result=True)

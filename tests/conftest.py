@@ -592,6 +592,7 @@ def _live_env() -> dict[str, str]:
         "AGENT_SOFT_TIME_LIMIT": "3",
         "AGENT_TIME_LIMIT": "6",
         "SWEEP_UNCLAIMED_AFTER": "1",
+        "RUN_LIVENESS_TIMEOUT": "10",  # worker liveness on, as in production (the tests' own process has it off)
         "PYTHONUNBUFFERED": "1",
         # Prometheus in multiprocess mode, as make run has it: every process (the worker's
         # children too) writes its counts there, and any web process's /metrics sums them.
