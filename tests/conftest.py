@@ -188,6 +188,30 @@ def end_sessions(where: str, *params: Any) -> int:
     return len(ended)
 
 
+@contextmanager
+def migrated_back(targets: list[tuple[str, str | None]]) -> Iterator[Any]:
+    """The test database migrated back to `targets` for the block (its executor given), then
+    forward to the latest migrations whatever happens, for the tests after it.
+
+    Going back past a migration that makes a Postgres domain and forward again makes the type
+    anew, under another oid, and every other session's prepared statements still name the old
+    one ("cache lookup failed for type"): those sessions are ended, as a deployment restarts its
+    processes after it migrates (the live stacks' take a new one, as after a Postgres restart),
+    and this process's own connection is closed."""
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(targets)
+    try:
+        yield executor
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+        connection.close()
+        end_sessions("datname = current_database()")
+
+
 def backend_pid() -> int:
     """The Postgres session of Django's default connection in this thread."""
     from django.db import connection

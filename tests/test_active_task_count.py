@@ -6,8 +6,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from django.db import connection, transaction
-from django.db.migrations.executor import MigrationExecutor
+from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 from hypothesis import HealthCheck, given
@@ -17,6 +16,7 @@ from hypothesis import strategies as st
 from accounts.services import ANONYMOUS_PRINCIPAL
 from tasks_app.lifecycle import TaskState
 from tasks_app.models import ACTIVE_STATES, ActiveTaskCount, Task
+from tests.conftest import migrated_back
 
 pytestmark = pytest.mark.django_db
 
@@ -119,9 +119,7 @@ AFTER = [("tasks_app", "0015_active_task_count")]
 
 @pytest.mark.django_db(transaction=True)
 def test_the_migration_counts_the_tasks_active_when_it_runs(tenant, echo_agent):
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE)
-    try:
+    with migrated_back(BEFORE) as executor:
         old = executor.loader.project_state(BEFORE).apps.get_model("tasks_app", "Task")
         for state, owner in [("submitted", "alice"), ("working", ANONYMOUS_PRINCIPAL), ("completed", "alice")]:
             old.objects.create(
@@ -133,6 +131,4 @@ def test_the_migration_counts_the_tasks_active_when_it_runs(tenant, echo_agent):
                 state=state,
                 status_timestamp=timezone.now(),
             )
-    finally:
-        MigrationExecutor(connection).migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
     assert counted(tenant) == recounted(tenant) == (2, 1)

@@ -24,7 +24,7 @@ from accounts.services import member_add, tenant_ensure
 from tasks_app import admin_list, services
 from tasks_app.lifecycle import TaskState
 from tasks_app.models import Artifact, Message, Task
-from tests.conftest import make_agent
+from tests.conftest import make_agent, migrated_back
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -318,11 +318,7 @@ def test_migration_0010_counts_the_messages_and_artifacts_of_the_tasks_there_are
 
     before = [("tasks_app", "0009_tenant_limits")]
     after = [("tasks_app", "0010_task_counters_and_list_indexes")]
-    executor = MigrationExecutor(connection)
-    executor.migrate(before)
-    # Whatever fails from here on, the database goes back to the latest migrations: the tests
-    # after this one need it.
-    try:
+    with migrated_back(before) as executor:
         old = executor.loader.project_state(before).apps
         tenant = old.get_model("accounts", "Tenant").objects.create(slug="old", name="Old")
         agent = old.get_model("accounts", "Agent").objects.create(
@@ -355,9 +351,6 @@ def test_migration_0010_counts_the_messages_and_artifacts_of_the_tasks_there_are
         new = executor.loader.project_state(after).apps.get_model("tasks_app", "Task")
         counted = {t.pk: (t.message_count, t.artifact_count) for t in new.objects.all()}
         assert counted == {t.pk: (n, n % 2) for n, t in enumerate(tasks)}
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 # --- hostile query strings ---------------------------------------------------------------------

@@ -7,6 +7,8 @@ import pytest
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
+from tests.conftest import migrated_back
+
 BEFORE_THE_MOVE = [
     ("accounts", None),
     ("registry", "0004_agent_unique_id_tenant"),
@@ -17,10 +19,7 @@ AFTER_THE_MOVE = [("registry", "0005_tenants_agents_and_keys_to_accounts")]
 
 @pytest.mark.django_db(transaction=True)
 def test_tenants_agents_and_keys_made_under_registry_are_kept_by_accounts_with_their_tasks():
-    executor = MigrationExecutor(connection)
-    executor.migrate(BEFORE_THE_MOVE)
-    # Whatever fails from here on, the database goes back to the latest migrations.
-    try:
+    with migrated_back(BEFORE_THE_MOVE) as executor:
         old = executor.loader.project_state(BEFORE_THE_MOVE[1:]).apps
         tenant = old.get_model("registry", "Tenant").objects.create(slug="old", name="Old tenant")
         agent = old.get_model("registry", "Agent").objects.create(
@@ -47,9 +46,6 @@ def test_tenants_agents_and_keys_made_under_registry_are_kept_by_accounts_with_t
         content_types = new.get_model("contenttypes", "ContentType").objects
         # The moved models' content types went with them (registry has its own models now).
         assert not content_types.filter(app_label="registry", model__in=["tenant", "agent", "apikey"]).exists()
-    finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
 
 
 @pytest.mark.django_db

@@ -47,7 +47,9 @@ class Clock:
     """oidc's monotonic clock, moved by hand."""
 
     def __init__(self) -> None:
-        self.now = time.monotonic()
+        # A whole number of seconds, so that whole steps add up exactly: from a fractional start
+        # 5 + 25 seconds can come to 29.999999999 and miss a 30 s interval.
+        self.now = float(int(time.monotonic()))
 
     def __call__(self) -> float:
         return self.now

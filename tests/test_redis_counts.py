@@ -26,6 +26,10 @@ ECHO = "/agents/acme/echo/"
 # each timeout), the keepalives of the long-lived subscriptions, and a new connection's
 # handshake (a thread of the web process that had not sent before opens its own).
 IDLE = {"BRPOP", "PING", "CLIENT", "HELLO", "SELECT", "AUTH"}
+# kombu's upkeep of the worker's expiring (pidbox) queue bindings: a script on
+# `_kombu.binding*` keys, checked for with SCRIPT EXISTS first, when the worker's main process
+# first polls and then every third of the binding's TTL, whatever the requests.
+_UPKEEP = re.compile(r'^ "(?:EXISTS" "[0-9a-f]{40}"$|[0-9a-f]{40}" "\d+" "_kombu\.binding)')
 _LINE = re.compile(r'^[\d.]+ \[(\d+) (?:lua|[\d.]+:(\d+))\] "(\w+)"(.*)$')
 
 
@@ -98,7 +102,11 @@ class Monitor:
             thread.join(5)
 
     def sent_by(self, ports: set[int]) -> list[str]:
-        return [command for port, command, _ in self.lines if port in ports and command not in IDLE]
+        return [
+            command
+            for port, command, args in self.lines
+            if port in ports and command not in IDLE and not (command in {"SCRIPT", "EVALSHA"} and _UPKEEP.match(args))
+        ]
 
     def wait_for(self, command: str, text: str, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
