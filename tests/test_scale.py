@@ -13,6 +13,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,20 @@ def test_runs_sent_to_every_web_process_are_shared_by_the_workers_and_each_runs_
     assert counted >= 30
 
 
+@contextmanager
+def taken(leases, name: str, *, seconds: float) -> Iterator[None]:
+    """Hold the lease `name`, waiting for a beat's sweep that holds it now to let go: the beats
+    sweep every 0.5 s, so the first try may land inside one."""
+    deadline = time.monotonic() + 5
+    while True:
+        with leases.lease(name, seconds=seconds) as held:
+            if held:
+                yield
+                return
+        assert time.monotonic() < deadline, f"the lease {name} was never free"
+        time.sleep(0.01)
+
+
 def test_two_beats_sweep_one_at_a_time_and_a_held_lease_holds_both_back(scaled, echo_agent, monkeypatch):
     from accounts.selectors import Principal
     from tasks_app import dispatch, leases, services
@@ -146,8 +161,7 @@ def test_two_beats_sweep_one_at_a_time_and_a_held_lease_holds_both_back(scaled, 
     from tasks_app.models import Task
 
     skipped = 'agentserver_sweeps_skipped_total{sweep="sweep-stuck-work"}'
-    with leases.lease("sweep-stuck-work", seconds=30) as held:  # a sweep "running" elsewhere
-        assert held
+    with taken(leases, "sweep-stuck-work", seconds=30):  # a sweep "running" elsewhere
         skipped_before = metric(scaled.urls[0], skipped)
         monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: None)  # the broker "was down" at commit
         message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "lost"}])
