@@ -43,7 +43,17 @@ KNOBS = Knobs(
 # (SendMessage answers again, a new task is done) within these many seconds of the return,
 # as tests/test_chaos.py asks. A new task queues behind the backlog the fault left; after
 # Redis it waits for the worker to reconnect (kombu backs off 2, 4, 6 ... s).
-BOUNDS = {"worker-kill": (2, 10), "redis-restart": (5, 15), "postgres-restart": (5, 10), "daphne-kill": (2, 5)}
+BOUNDS = {
+    "worker-kill": (2, 10),
+    "redis-restart": (5, 15),
+    "postgres-restart": (5, 10),
+    "daphne-kill": (2, 5),
+    "postgres-cut": (2, 10),
+    "postgres-slow": (2, 10),
+    "redis-full": (2, 10),
+    "redis-gone": (2, 25),
+    "push-slow": (2, 10),
+}
 
 
 def figures(report: Report) -> str:
@@ -70,6 +80,7 @@ def figures(report: Report) -> str:
         ("slowest answer during the outage s", f"{report.slowest_s:.1f}"),
         ("other requests not ok", counts(report.elsewhere)),
         ("anomalies (500, timeout, 503 without Retry-After, dropped, stalled stream)", str(len(report.anomalies))),
+        ("runs given again: the longest from a kill to the run's next event s", seconds(report.resumed_s)),
         (f"recovery s: SendMessage answers again (bound {recovery})", seconds(report.recovery_s)),
         (f"a task sent after the return is done s (bound {served})", seconds(report.served_s)),
         ("every task settled s", seconds(report.settled_s)),
@@ -91,8 +102,13 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=12, help="streams open across each fault")
     parser.add_argument("--spread", type=float, default=30.0, help="seconds over which the tasks are sent")
     parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=list(FAULTS))
+    parser.add_argument("--kills", type=int, default=5, help="worker-kill: rounds of SIGKILL, 3 s apart")
     parser.add_argument("--redis-down", type=float, default=10.0, help="seconds Redis stays down")
     parser.add_argument("--postgres-down", type=float, default=2.0, help="seconds Postgres stays down")
+    parser.add_argument("--postgres-slow", type=float, default=20.0, help="seconds every write waits 200 ms")
+    parser.add_argument("--redis-full", type=float, default=10.0, help="seconds Redis refuses writes")
+    parser.add_argument("--broker-gone", type=float, default=60.0, help="seconds the broker (Redis) is away")
+    parser.add_argument("--push-slow", type=float, default=20.0, help="seconds the receiver answers 1 byte/s")
     args = parser.parse_args()
 
     plan = Plan(
@@ -101,10 +117,15 @@ def main() -> int:
         push_every=4,
         spread=args.spread,
         fault_after=args.spread / 3,
-        kills=3,
+        kills=args.kills,
         kill_every=3.0,
         redis_down=args.redis_down,
         postgres_down=args.postgres_down,
+        postgres_slow=args.postgres_slow,
+        redis_full=args.redis_full,
+        broker_gone=args.broker_gone,
+        push_slow=args.push_slow,
+        push_drip=1.0,
         web_down=1.0,
         client_timeout=5.0,
         settle_within=120.0,

@@ -13,7 +13,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +22,7 @@ from typing import Any
 
 import certifi
 import h11
+import httpcore
 import httpx
 
 from .ssrf import Destination
@@ -98,25 +99,98 @@ def _send(
     def elapsed() -> int:
         return int((time.monotonic() - started) * 1000)
 
+    deadline = started + 2 * timeout
+    http = httpx.HTTPTransport(verify=_tls_context(), trust_env=False, retries=0)
+    # httpcore's pool makes this request's one connection on the backend it holds; its public
+    # constructor takes one, httpx's transport does not pass it through.
+    http._pool._network_backend = _Deadline(deadline)
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False, verify=_tls_context()) as client:
+        with httpx.Client(transport=http, timeout=timeout, follow_redirects=False, trust_env=False) as client:
             request = client.build_request(method, url, content=body, headers=request_headers, extensions=extensions)
             response = client.send(request, stream=True)
             try:
                 read = bytearray()
                 truncated = False
-                for chunk in response.iter_raw():
-                    read += chunk[: max_body - len(read)]
-                    # A server that drips an endless body gets cut off: the rest is not ours
-                    # to read, and closing the response drops the connection.
-                    if len(read) >= max_body or time.monotonic() - started > 2 * timeout:
-                        truncated = True
-                        break
+                try:
+                    for chunk in response.iter_raw():
+                        read += chunk[: max_body - len(read)]
+                        if len(read) >= max_body:
+                            truncated = True
+                            break
+                except httpx.TimeoutException:
+                    # A body that drips past the deadline is cut off: the answer stands with
+                    # the start that came, and closing the response drops the connection.
+                    truncated = True
                 return Response(response.status_code, response.headers, bytes(read), elapsed(), truncated)
             finally:
                 response.close()
     except httpx.HTTPError as exc:
         raise SendError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, elapsed()) from None
+
+
+# --- one deadline for every wait of a request --------------------------------------------
+#
+# httpx's timeouts bound each wait (connect, one read, one write), not the request: a server
+# that sends its answer's head one byte per second never lets a read time out, and held a
+# push delivery for as long as its head was long. Each wait here ends by the request's
+# deadline too, as httpcore's own timeout (ConnectTimeout, ReadTimeout, WriteTimeout), so
+# callers see the errors they know.
+
+
+def _until(deadline: float, timeout: float | None, late: type[Exception]) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise late("the request's deadline passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream, deadline: float) -> None:
+        self._inner, self._deadline = inner, deadline
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _until(self._deadline, timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _until(self._deadline, timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        wait = _until(self._deadline, timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.start_tls(ssl_context, server_hostname, wait), self._deadline)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _Deadline(httpcore.NetworkBackend):
+    def __init__(self, deadline: float) -> None:
+        self._inner = httpcore.SyncBackend()
+        self._deadline = deadline
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        wait = _until(self._deadline, timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, wait, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadline)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        raise NotImplementedError("outbound requests go to checked TCP addresses only")
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
 
 
 def backoff(

@@ -37,7 +37,7 @@ import psycopg
 
 from tasks_app.lifecycle import SETTLED as _SETTLED
 from tests.procs import child_pids
-from tests.receiver import Receiver
+from tests.receiver import Answer, Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -105,6 +105,14 @@ class Plan:
     redis_down: float = 5.0
     postgres_down: float = 2.0
     web_down: float = 1.0
+    cuts: int = 3  # postgres-cut: rounds of pg_terminate_backend of every session of the server
+    cut_every: float = 1.0
+    postgres_slow: float = 8.0  # postgres-slow: seconds during which every write statement waits ...
+    postgres_delay: float = 0.2  # ... this long first
+    redis_full: float = 5.0  # redis-full: seconds during which Redis refuses every write (maxmemory)
+    broker_gone: float = 60.0  # redis-gone: seconds the broker (Redis) is away
+    push_slow: float = 5.0  # push-slow: seconds during which the receiver answers a byte at a time ...
+    push_drip: float = 0.5  # ... one every this many seconds
     client_timeout: float = 5.0
     settle_within: float = 40.0  # after the dependency is back, every task must have settled
     push_within: float = 10.0  # ... and every push arrived, beyond the lease a killed delivery job holds
@@ -322,7 +330,40 @@ class Stack:
 
     def sql(self, query: str, *params: Any) -> list[tuple]:
         with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-            return conn.execute(query, params).fetchall()
+            cursor = conn.execute(query, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def terminate_sessions(self) -> int:
+        """End every session of the server's processes, as a failover or an operator's
+        pg_terminate_backend does; how many there were."""
+        return len(
+            self.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = 'agentserver' AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
+            )
+        )
+
+    def slow_writes(self, delay: float) -> None:
+        """Every statement that writes to one of the server's tables first sleeps `delay` s, in
+        the transaction that runs it (a statement trigger), holding what it has locked."""
+        self.sql(
+            "CREATE FUNCTION chaos_slow() RETURNS trigger LANGUAGE plpgsql AS "
+            f"$$ BEGIN PERFORM pg_sleep({float(delay)}); RETURN NULL; END $$"
+        )
+        for (table,) in self._tables():
+            self.sql(
+                f'CREATE TRIGGER chaos_slow BEFORE INSERT OR UPDATE OR DELETE ON "{table}" '
+                "FOR EACH STATEMENT EXECUTE FUNCTION chaos_slow()"
+            )
+
+    def fast_writes(self) -> None:
+        self.sql("DROP FUNCTION chaos_slow() CASCADE")  # and every trigger that calls it
+
+    def _tables(self) -> list[tuple]:
+        return self.sql(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND NOT c.relispartition"
+        )
 
     # Redis
 
@@ -348,6 +389,13 @@ class Stack:
 
     def redis_kill(self) -> None:
         self._kill("redis")
+
+    def redis_config(self, name: str, value: str) -> None:
+        with socket.create_connection(("127.0.0.1", self.redis_port), timeout=2) as s:
+            s.sendall(f"CONFIG SET {name} {value}\r\n".encode())
+            answer = s.recv(64)
+        if not answer.startswith(b"+OK"):
+            raise RuntimeError(f"CONFIG SET {name} {value}: {answer!r}")
 
     # daphne and the worker
 
@@ -739,19 +787,19 @@ class Load:
 class Window:
     fault_at: float  # time.time() when the fault began
     back_at: float  # ... and when the dependency was back
+    kills: tuple[float, ...] = ()  # worker-kill: when each round of SIGKILL went out
 
 
 def _kill_worker_children(stack: Stack, plan: Plan) -> Window:
     fault_at = time.time()
+    kills = []
     for round_ in range(plan.kills):
         if round_:
             time.sleep(plan.kill_every)
-        # Mid-run: wait (briefly) until some agent is at work.
-        deadline = time.time() + 2
-        while time.time() < deadline and not stack.sql("SELECT 1 FROM tasks_app_task WHERE state = 'working' LIMIT 1"):
-            time.sleep(0.02)
+        _wait_for_work(stack)
+        kills.append(time.time())
         stack.kill_worker_children()  # the main process forks new ones at once
-    return Window(fault_at, time.time())
+    return Window(fault_at, time.time(), tuple(kills))
 
 
 def _restart_redis_empty(stack: Stack, plan: Plan) -> Window:
@@ -779,11 +827,75 @@ def _kill_daphne(stack: Stack, plan: Plan) -> Window:
     return Window(fault_at, time.time())
 
 
+def _wait_for_work(stack: Stack, within: float = 2) -> None:
+    """Mid-run: wait (briefly) until some agent is at work."""
+    deadline = time.time() + within
+    while time.time() < deadline and not stack.sql("SELECT 1 FROM tasks_app_task WHERE state = 'working' LIMIT 1"):
+        time.sleep(0.02)
+
+
+def _cut_postgres_sessions(stack: Stack, plan: Plan) -> Window:
+    fault_at = time.time()
+    for round_ in range(plan.cuts):
+        if round_:
+            time.sleep(plan.cut_every)
+        _wait_for_work(stack)
+        stack.terminate_sessions()
+    return Window(fault_at, time.time())
+
+
+def _slow_postgres(stack: Stack, plan: Plan) -> Window:
+    fault_at = time.time()
+    stack.slow_writes(plan.postgres_delay)
+    try:
+        time.sleep(plan.postgres_slow)
+    finally:
+        stack.fast_writes()
+    return Window(fault_at, time.time())
+
+
+def _fill_redis(stack: Stack, plan: Plan) -> Window:
+    fault_at = time.time()
+    # A limit below what Redis holds: it refuses every command that could add memory ("OOM
+    # command not allowed"), while reads and deletes go on.
+    stack.redis_config("maxmemory-policy", "noeviction")
+    stack.redis_config("maxmemory", "1")
+    try:
+        time.sleep(plan.redis_full)
+    finally:
+        stack.redis_config("maxmemory", "0")
+    return Window(fault_at, time.time())
+
+
+def _broker_gone(stack: Stack, plan: Plan) -> Window:
+    fault_at = time.time()
+    stack.redis_kill()
+    time.sleep(plan.broker_gone)
+    stack.start_redis()
+    return Window(fault_at, time.time())
+
+
+def _slow_receiver(stack: Stack, plan: Plan) -> Window:
+    fault_at = time.time()
+    stack.receiver.default = Answer(drip=plan.push_drip)
+    time.sleep(plan.push_slow)
+    stack.receiver.default = Answer()
+    return Window(fault_at, time.time())
+
+
 FAULTS: dict[str, tuple[str, Callable[[Stack, Plan], Window]]] = {
     "worker-kill": ("SIGKILL of the worker's prefork children mid-run, several rounds", _kill_worker_children),
     "redis-restart": ("Redis stopped, restarted empty (no persistence)", _restart_redis_empty),
     "postgres-restart": ("Postgres stopped (fast) and started again", _restart_postgres),
     "daphne-kill": ("daphne SIGKILLed under open streams, restarted on its port", _kill_daphne),
+    "postgres-cut": (
+        "every session of the server ended by pg_terminate_backend mid-run, several rounds",
+        _cut_postgres_sessions,
+    ),
+    "postgres-slow": ("every write statement delayed (a trigger's pg_sleep) for a while", _slow_postgres),
+    "redis-full": ("Redis at its maxmemory: every write refused for a while", _fill_redis),
+    "redis-gone": ("the broker (Redis) away for a minute while requests keep coming, back empty", _broker_gone),
+    "push-slow": ("the push receiver answers one byte at a time for a while", _slow_receiver),
 }
 
 
@@ -812,6 +924,7 @@ class Report:
     elsewhere: Counter  # outcomes other than ok of the requests sent at any other time
     anomalies: list[str]  # a 500, a hang, a 503 without Retry-After, a dropped connection, a stalled stream
     slowest_s: float  # the slowest answer to a request sent while the dependency was away
+    resumed_s: float | None  # worker-kill: the longest a run given again waited, from the kill to its next event
     recovery_s: float | None  # dependency back -> first successful SendMessage sent after it
     served_s: float | None  # dependency back -> a task sent after it completed
     settled_s: float | None  # dependency back -> the last task settled
@@ -865,6 +978,7 @@ COLUMNS = [
     "requests during outage",
     "slowest answer s",
     "anomalies",
+    "runs resumed s (max)",
     "recovery s",
     "first new task done s",
     "all settled s",
@@ -887,6 +1001,7 @@ def row(report: Report) -> list[str]:
         counts(report.outage),
         f"{report.slowest_s:.1f}",
         str(len(report.anomalies)),
+        seconds(report.resumed_s),
         seconds(report.recovery_s),
         seconds(report.served_s),
         seconds(report.settled_s),
@@ -950,6 +1065,8 @@ def _pushes_missing(stack: Stack, task_ids: list[str]) -> dict[str, list[int]]:
     last = dict(stack.sql("SELECT id::text, last_seq FROM tasks_app_task WHERE id = ANY(%s::uuid[])", task_ids))
     got: dict[str, set[int]] = {}
     for received in list(stack.receiver.requests):
+        if received.dripped:  # the sender gave up on the answer: not delivered
+            continue
         task_id, _, seq = received.event_id.rpartition(":")
         got.setdefault(task_id, set()).add(int(seq))
     missing = {t: sorted(set(range(1, last.get(t, 0) + 1)) - got.get(t, set())) for t in task_ids}
@@ -958,7 +1075,8 @@ def _pushes_missing(stack: Stack, task_ids: list[str]) -> dict[str, list[int]]:
 
 def _last_push(stack: Stack, task_ids: list[str]) -> float:
     ours = set(task_ids)
-    at = max((r.at for r in list(stack.receiver.requests) if r.event_id.rpartition(":")[0] in ours), default=0.0)
+    got = [r for r in list(stack.receiver.requests) if not r.dripped and r.event_id.rpartition(":")[0] in ours]
+    at = max((r.at for r in got), default=0.0)
     return at - time.monotonic() + time.time()  # Received.at is monotonic
 
 
@@ -1049,6 +1167,7 @@ def _report(
         if probes_after
         else None
     )
+    rerun = [r[0] for r in rows if r[4]]
     tracebacks = {}
     for name, offset in logged.items():
         text = stack.log(name)[offset:]
@@ -1074,12 +1193,33 @@ def _report(
         elsewhere=elsewhere,
         anomalies=anomalies,
         slowest_s=max(answered, default=0.0),
+        resumed_s=_resumed(stack, rerun, window.kills),
         recovery_s=recovery_s,
         served_s=done_at.timestamp() - window.back_at if done_at else None,
         settled_s=settled_s,
         pushed_s=pushed_s,
         tracebacks={k: v for k, v in tracebacks.items() if v},
     )
+
+
+def _resumed(stack: Stack, task_ids: list[str], kills: tuple[float, ...]) -> float | None:
+    """The longest a run given again waited: for each such task and each kill while it ran,
+    from the kill to the task's next event (a kill that missed the run finds one at once)."""
+    if not task_ids or not kills:
+        return None
+    waits = []
+    for task_id in task_ids:
+        stamps = [
+            at.timestamp()
+            for (at,) in stack.sql(
+                "SELECT created_at FROM tasks_app_taskevent WHERE task_id = %s ORDER BY seq", task_id
+            )
+        ]
+        for kill in kills:
+            after = [at for at in stamps if at > kill]
+            if stamps and stamps[0] < kill and after:
+                waits.append(after[0] - kill)
+    return max(waits, default=None)
 
 
 def _find_all(text: str, needle: str) -> Iterator[int]:

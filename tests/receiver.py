@@ -1,7 +1,7 @@
 """A real HTTP receiver for push notifications, on 127.0.0.1 and an ephemeral port.
 
-It answers from a script (status, headers, body) per request, then 200, and records every
-request with the time it arrived.
+It answers from a script (status, headers, body) per request, then with its default (200),
+and records every request with the time it arrived.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ class Received:
     headers: dict[str, str]  # lower-cased names
     body: bytes
     at: float  # time.monotonic()
+    dripped: bool = False  # answered a byte at a time: the sender may have given up on it
 
     @property
     def event_id(self) -> str:
@@ -41,6 +42,10 @@ class Answer:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    # A slow receiver: one byte of the answer every `drip` seconds (from its head, or from its
+    # body only), as long as the sender keeps the connection.
+    drip: float = 0.0
+    drip_head: bool = True
 
 
 class Receiver:
@@ -48,6 +53,7 @@ class Receiver:
         self.scheme = "https" if tls else "http"
         self.requests: list[Received] = []
         self.script: list[Answer] = []
+        self.default = Answer()  # once the script is used up
         self._changed = threading.Condition()
         receiver = self
 
@@ -57,17 +63,34 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._changed:
-                    receiver.requests.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body, time.monotonic())
-                    )
-                    answer = receiver.script.pop(0) if receiver.script else Answer()
+                    answer = receiver.script.pop(0) if receiver.script else receiver.default
+                    headers = {k.lower(): v for k, v in self.headers.items()}
+                    receiver.requests.append(Received(self.path, headers, body, time.monotonic(), bool(answer.drip)))
                     receiver._changed.notify_all()
+                if answer.drip:
+                    self._drip(answer)
+                    return
                 self.send_response(answer.status)
                 for name, value in answer.headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer.body)))
                 self.end_headers()
                 self.wfile.write(answer.body)
+
+            def _drip(self, answer: Answer) -> None:
+                head = f"HTTP/1.1 {answer.status} Slow\r\nContent-Length: {len(answer.body)}\r\n"
+                head += "".join(f"{name}: {value}\r\n" for name, value in answer.headers.items()) + "\r\n"
+                whole = head.encode() + answer.body
+                start = 0 if answer.drip_head else len(head)
+                self.close_connection = True
+                try:
+                    self.wfile.write(whole[:start])
+                    for at in range(start, len(whole)):
+                        self.wfile.write(whole[at : at + 1])
+                        self.wfile.flush()
+                        time.sleep(answer.drip)
+                except OSError:  # the sender gave up and closed
+                    pass
 
             do_GET = do_POST
 

@@ -255,6 +255,23 @@ def test_the_answer_is_read_only_up_to_the_cap(receiver):
     assert response.status == 200 and len(response.body) == 4096
 
 
+def test_an_answer_whose_head_drips_in_ends_at_twice_the_timeout_as_a_read_timeout(receiver):
+    # Every read gets its byte well within the timeout; only the request's deadline ends it.
+    receiver.answer(Answer(200, {"X-Padding": "x" * 200}, drip=0.01))
+    started = time.monotonic()
+    with pytest.raises(client.SendError, match="ReadTimeout"):
+        client.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=0.5, max_body=1024)
+    assert 1.0 <= time.monotonic() - started < 1.5
+
+
+def test_an_answer_whose_body_drips_in_stands_cut_off_at_twice_the_timeout(receiver):
+    receiver.answer(Answer(200, {}, b"y" * 500, drip=0.01, drip_head=False))
+    started = time.monotonic()
+    response = client.post(ssrf.check(receiver.url()), body=b"{}", headers={}, timeout=0.5, max_body=1024)
+    assert 1.0 <= time.monotonic() - started < 1.5
+    assert response.status == 200 and response.truncated and 0 < len(response.body) < 500
+
+
 def test_a_closed_port_is_a_send_error_not_an_exception_of_the_http_library(receiver):
     destination = ssrf.check(receiver.url())
     receiver.stop()

@@ -228,6 +228,22 @@ def test_a_receiver_that_never_answers_times_out_and_is_retried(rpc, echo_agent,
     assert attempt.status_code is None and "Timeout" in attempt.error and attempt.latency_ms >= 300
 
 
+def test_a_receiver_that_answers_a_byte_at_a_time_is_given_up_on_in_twice_the_timeout_and_retried(
+    rpc, echo_agent, alice_key, receiver, push_jobs, settings
+):
+    settings.PUSH_TIMEOUT = 0.3
+    # Each byte comes well within a read's timeout: only the attempt's own deadline ends it.
+    receiver.answer(Answer(200, {"X-Padding": "x" * 100}, drip=0.02))
+    send_with_push(rpc, ECHO, alice_key, receiver.url())
+    config = PushConfig.objects.get()
+    push_jobs.clear()
+    assert delivery.run(config_pk=config.pk) == "retry"
+    first = PushDelivery.objects.order_by("seq").first().attempt_log.get()
+    assert first.status_code is None and "ReadTimeout" in first.error and 600 <= first.latency_ms < 1000
+    drain_push_jobs(push_jobs)  # the next attempts get the receiver's quick answers
+    assert set(PushDelivery.objects.values_list("state", flat=True)) == {DeliveryState.DELIVERED}
+
+
 def test_a_job_for_a_config_another_job_holds_leaves_it_to_that_job(rpc, echo_agent, alice_key, receiver, push_jobs):
     send_with_push(rpc, ECHO, alice_key, receiver.url())
     config = PushConfig.objects.get()
