@@ -97,7 +97,8 @@ async def _agent_of(headers: dict[str, str], listener: Listener) -> tuple[str, s
     return bound.tenant, bound.agent
 
 
-async def _answer(rpc: Rpc, body: bytes, context: grpc.aio.ServicerContext, listener: Listener) -> Reply | Streamed:
+async def answer_call(rpc: Rpc, body: bytes, context: grpc.aio.ServicerContext, listener: Listener) -> Reply | Streamed:
+    """A call's answer from the shared pipeline: a Reply (a result, or a google.rpc.Status) or a stream."""
     headers = _metadata(context)
     chosen = await _agent_of(headers, listener)
     if isinstance(chosen, Reply):
@@ -130,7 +131,7 @@ async def _abort(context: grpc.aio.ServicerContext, status: bytes, headers: dict
 
 def _unary(rpc: Rpc, listener: Listener) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        answer = await _answer(rpc, body, context, listener)
+        answer = await answer_call(rpc, body, context, listener)
         assert isinstance(answer, Reply)  # only the streaming RPCs' methods return streams
         if answer.status != GRPC_OK:
             await _abort(context, answer.body, answer.headers)
@@ -143,7 +144,7 @@ def _unary(rpc: Rpc, listener: Listener) -> Callable[[bytes, grpc.aio.ServicerCo
 
 def _streaming(rpc: Rpc, listener: Listener) -> Callable[[bytes, grpc.aio.ServicerContext], AsyncIterator[bytes]]:
     async def handle(body: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
-        answer = await _answer(rpc, body, context, listener)
+        answer = await answer_call(rpc, body, context, listener)
         if isinstance(answer, Reply):
             await _abort(context, answer.body, answer.headers)
             return
