@@ -98,7 +98,7 @@ def test_list_tasks_and_cancel_over_grpc_see_only_the_callers_tasks(
     assert error_info(failed.value) == (grpc.StatusCode.FAILED_PRECONDITION, "TASK_NOT_CANCELABLE", "a2a-protocol.org")
 
 
-def test_the_writer_streams_over_grpc_in_order_and_a_subscription_replays_after_the_last_event_id(
+def test_the_writer_streams_over_grpc_in_order_and_a_subscription_to_a_finished_task_fails(
     live, stub, writer_agent, alice_key
 ):
     request = a2a_pb2.SendMessageRequest(message=text_message("a poem about rivers"))
@@ -119,6 +119,22 @@ def test_the_writer_streams_over_grpc_in_order_and_a_subscription_replays_after_
             )
         )
     assert error_info(failed.value)[:2] == (grpc.StatusCode.UNIMPLEMENTED, "UNSUPPORTED_OPERATION")
+
+
+def test_a_client_that_drops_its_stream_resubscribes_with_its_last_event_id_and_gets_exactly_the_rest(
+    live, stub, slow_writer_agent, alice_key
+):
+    where = metadata(key=alice_key, agent="acme/slowgrpc")
+    request = a2a_pb2.SendMessageRequest(message=text_message("a letter about tea"))
+    call = stub.SendStreamingMessage(request, metadata=where, timeout=30)
+    before = [as_dict(next(call)) for _ in range(3)]
+    call.cancel()  # the connection drops after the third event (seq 3)
+    task_id = before[0]["task"]["id"]
+    resumed = stub.SubscribeToTask(
+        a2a_pb2.SubscribeToTaskRequest(id=task_id), metadata=[*where, ("last-event-id", "3")], timeout=30
+    )
+    after = [as_dict(r) for r in resumed]
+    assert [describe(r) for r in before + after] == WRITER_EVENTS
 
 
 def test_push_configs_round_trip_over_grpc(live, stub, writer_agent, alice_key):
@@ -325,4 +341,4 @@ def test_sigterm_lets_a_call_in_flight_finish_then_the_server_stops(live_celery,
 def slow_writer_agent(tenant):
     from tests.conftest import make_agent
 
-    return make_agent(tenant, "slowgrpc", "writer", settings={"delay": 0.25, "paragraphs": 3})
+    return make_agent(tenant, "slowgrpc", "writer", settings={"delay": 0.25, "paragraphs": 4})
