@@ -337,6 +337,22 @@ def test_sigterm_lets_a_call_in_flight_finish_then_the_server_stops(live_celery,
         assert "stopped" in log.read_text()
 
 
+def test_sigterm_ends_an_open_stream_with_unavailable_saying_to_subscribe_again(live_celery, writer_agent, alice_key):
+    with grpc_serving(live_celery.env, live_celery.logs) as (address, proc, _):
+        with grpc.insecure_channel(address) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            where = metadata(key=alice_key, agent="acme/writer")
+            waiting = send(stub, alice_key, "Please write something for me.", agent="acme/writer").task
+            stream = stub.SubscribeToTask(a2a_pb2.SubscribeToTaskRequest(id=waiting.id), metadata=where, timeout=30)
+            assert next(stream).task.id == waiting.id
+            os.kill(proc.pid, signal.SIGTERM)
+            with pytest.raises(grpc.RpcError) as ended:
+                list(stream)
+            assert error_info(ended.value) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "agentserver")
+            assert "resubscribe" in ended.value.details()
+        assert proc.wait(15) == 0
+
+
 @pytest.fixture
 def slow_writer_agent(tenant):
     from tests.conftest import make_agent
