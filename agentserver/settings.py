@@ -259,6 +259,12 @@ SSE_HEARTBEAT = env.float("SSE_HEARTBEAT", default=15.0)
 # many seconds to finish (agentserver/shutdown.py): keep it under the grace period of whatever
 # sends the SIGTERM (docker stop: 10 s; Kubernetes: 30 s).
 SHUTDOWN_GRACE = env.float("SHUTDOWN_GRACE", default=8.0)
+# The gRPC binding (protocols/grpc_server.py, `manage.py serve_grpc`): its own process on this
+# port; 0 = not served, and the cards list no gRPC interface. GRPC_PUBLIC_URL is the `host:port`
+# clients reach it at (behind a proxy, or on another name); empty: the card's own host name with
+# GRPC_PORT.
+GRPC_PORT = env.int("GRPC_PORT", default=0)
+GRPC_PUBLIC_URL = env.str("GRPC_PUBLIC_URL", default="")
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)

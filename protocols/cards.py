@@ -1,12 +1,15 @@
 """The A2A 1.0 agent card of a hosted agent. It declares only what works: an interface per
 binding (JSON-RPC first, the one clients should prefer; HTTP+JSON's routes below the same
-URL), capabilities as implemented, and exactly the schemes the server enforces (an API
-key; bearer tokens when the tenant has an OpenID Connect issuer), required unless the agent is
-public. Its description ends with who sees which tasks (docs/tenancy.md)."""
+URL; gRPC's address last, when it is served), capabilities as implemented, and exactly the
+schemes the server enforces (an API key; bearer tokens when the tenant has an OpenID Connect
+issuer), required unless the agent is public. Its description ends with who sees which tasks (docs/tenancy.md)."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
 
 from accounts.models import Agent
 from accounts.selectors import oidc_issuer_of
@@ -87,14 +90,36 @@ def agent_url(agent: Agent, *, base_url: str, url: str = "") -> str:
     return url or f"{base_url}{agent.path}"
 
 
+def grpc_interface(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any] | None:
+    """The gRPC interface (protocols/grpc_server.py), when the server runs one. Its `url` is a
+    bare `host:port`, as gRPC clients take it; `tenant` is the agent, which a client sends as the
+    metadata `agentserver-agent`. An agent reached by a bound address (`url`) is the one that
+    address serves, and needs no naming."""
+    public, port = settings.GRPC_PUBLIC_URL, settings.GRPC_PORT
+    if not public and not port:
+        return None
+    if url and not public:
+        host = urlsplit(url).hostname or ""
+        return {"url": f"{_bracketed(host)}:{port}", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    address = public or f"{_bracketed(urlsplit(base_url).hostname or 'localhost')}:{port}"
+    tenant = f"{agent.tenant.slug}/{agent.slug}"
+    return {"url": address, "protocolBinding": "GRPC", "tenant": tenant, "protocolVersion": "1.0"}
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
 def agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
+    grpc = grpc_interface(agent, base_url=base_url, url=url)
     url = agent_url(agent, base_url=base_url, url=url)
     schemes, requirements = security(agent)
     card: dict[str, Any] = {
         "name": agent.name,
         "description": f"{agent.description.rstrip()}\n\n{visibility(agent)}",
         "supportedInterfaces": [
-            {"url": url, "protocolBinding": binding.name, "protocolVersion": "1.0"} for binding in BINDINGS
+            *({"url": url, "protocolBinding": binding.name, "protocolVersion": "1.0"} for binding in BINDINGS),
+            *([grpc] if grpc else []),
         ],
         "provider": provider(agent, base_url=base_url),
         "version": agent.version,

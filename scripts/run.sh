@@ -18,7 +18,11 @@
 # (default 127.0.0.2, a loopback address daphne listens on too, for clients whose resolver knows
 # no *.localhost: the 0.3 suite) and conformance.localhost; at their root it serves the 0.3 card.
 #
-# Env: PORT (default 8000), DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
+# gRPC (docs/bindings.md): `manage.py serve_grpc` on GRPC_PORT (default 50051), on 127.0.0.1 and
+# the conformance agent's loopback address (a call naming no agent there reaches that agent);
+# not in the embedded mode, whose background work runs on the web process's threads alone.
+#
+# Env: PORT (default 8000), GRPC_PORT, DATABASE_URL, REDIS_URL, AGENTSERVER_EMBEDDED=1 to
 # force the embedded mode, SQLITE_PATH for its database (.data/db.sqlite3), STATIC_ROOT for
 # the collected static files (staticfiles/). Logs go to RUN_DIR (.run/).
 set -euo pipefail
@@ -28,6 +32,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$ROOT"
 
 PORT="${PORT:-8000}"
+GRPC_PORT="${GRPC_PORT:-50051}"
 HOST=127.0.0.1
 BASE="http://$HOST:$PORT"
 CONFORMANCE_HOST="${CONFORMANCE_HOST:-127.0.0.2}"
@@ -114,6 +119,16 @@ if [[ "$CONFORMANCE_HOST" =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ && "$CONFORMANCE_HOST
   tcp_up "$CONFORMANCE_HOST" "$PORT" && die "something is already listening on $CONFORMANCE_HOST:$PORT"
   EXTRA_ENDPOINTS=(-e "tcp:port=$PORT:interface=$CONFORMANCE_HOST")
 fi
+if ((EMBEDDED)); then
+  GRPC_PORT=0
+  warn "no gRPC in the embedded mode (its background work runs on daphne's threads alone)"
+else
+  tcp_up "$HOST" "$GRPC_PORT" && die "something is already listening on $HOST:$GRPC_PORT; use another: make run GRPC_PORT=50052"
+fi
+# daphne's cards list the gRPC interface when GRPC_PORT is set: exported for both processes.
+export GRPC_PORT
+GRPC_BINDS=(--bind "$HOST")
+[[ ${#EXTRA_ENDPOINTS[@]} -gt 0 ]] && GRPC_BINDS+=(--bind "$CONFORMANCE_HOST")
 
 # --- 3. migrate, seed, start ---------------------------------------------------
 # Hosted agents' cards in the directory name this server.
@@ -197,6 +212,7 @@ log "collecting static files (manage.py collectstatic, log: ${RUN_DIR#"$ROOT"/}/
 start_bg web "$RUN_DIR/web.log" \
   "$VENV/bin/daphne" -b "$HOST" -p "$PORT" "${EXTRA_ENDPOINTS[@]}" agentserver.asgi:application
 if ((EMBEDDED == 0)); then
+  start_bg grpc "$RUN_DIR/grpc.log" "$VPY" manage.py serve_grpc --port "$GRPC_PORT" "${GRPC_BINDS[@]}"
   # -B runs beat (the sweeper) inside the worker: one process less for dev.
   # Its schedule file goes to .run/ rather than the repo root.
   start_bg worker "$RUN_DIR/worker.log" \
@@ -237,6 +253,11 @@ done
     printf '    %-12s %s\n' "$name" "$BASE${!var}"
     printf '    %-12s %s\n' "" "card: $BASE${!var}.well-known/agent-card.json"
   done
+  if ((GRPC_PORT)); then
+    echo
+    echo "  gRPC (A2A 1.0, lf.a2a.v1.A2AService): $HOST:$GRPC_PORT, the agent named by the metadata agentserver-agent: ${TENANT:-<tenant>}/<agent>"
+    echo "    the conformance agent with no metadata: $CONFORMANCE_HOST:$GRPC_PORT (tck/run.sh http://$CONFORMANCE_HOST:$PORT/agents/${TENANT:-demo}/conformance --transport jsonrpc,http_json,grpc)"
+  fi
   echo
   echo "  The conformance agent at its own host names (its card at the root, A2A 0.3's):"
   echo "    http://$CONFORMANCE_HOST:$PORT/.well-known/agent-card.json   http://conformance.localhost:$PORT/"
@@ -258,7 +279,7 @@ done
   echo "  Tenant API: $BASE/api/v1/tenants/${TENANT:-<tenant>}/ with a management key (manage.py create_api_key ${TENANT:-<tenant>} --management-role owner; docs/api.md)"
   echo "  API docs page: $BASE/api/docs/"
   echo
-  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/groups.log")"
+  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/grpc.log ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/groups.log")"
 } | tee "$RUN_DIR/info.txt"
 echo "  Press Ctrl-C to stop."
 

@@ -147,3 +147,40 @@ def test_a_card_is_only_read_any_other_method_is_refused_before_the_caller_is_kn
     assert error["code"] == 405 and error["status"] == "UNIMPLEMENTED"
     assert error["details"][0]["reason"] == "METHOD_NOT_FOUND" and "use GET" in error["message"]
     assert client.head(f"/agents/acme/echo/{card}").status_code == 200
+
+
+# --- the gRPC interface ------------------------------------------------------------------
+
+
+def test_the_card_lists_a_grpc_interface_only_when_the_grpc_server_is_configured(client, settings, echo_agent):
+    settings.GRPC_PORT, settings.GRPC_PUBLIC_URL = 0, ""
+    assert [i["protocolBinding"] for i in client.get(CARD).json()["supportedInterfaces"]] == ["JSONRPC", "HTTP+JSON"]
+
+    settings.GRPC_PORT = 50051
+    # A bare host:port, as gRPC clients dial it; the agent is named by the tenant it gives.
+    assert client.get(CARD).json()["supportedInterfaces"][2] == {
+        "url": "testserver:50051",
+        "protocolBinding": "GRPC",
+        "tenant": "acme/echo",
+        "protocolVersion": "1.0",
+    }
+
+
+def test_a_public_grpc_address_is_named_as_configured_and_a_bound_address_names_its_agent_alone(settings, echo_agent):
+    from protocols.cards import agent_card
+
+    settings.GRPC_PORT, settings.GRPC_PUBLIC_URL = 50051, "grpc.agents.example:443"
+    (grpc,) = [
+        i
+        for i in agent_card(echo_agent, base_url="https://a.example")["supportedInterfaces"]
+        if i["protocolBinding"] == "GRPC"
+    ]
+    assert (grpc["url"], grpc["tenant"]) == ("grpc.agents.example:443", "acme/echo")
+
+    settings.GRPC_PUBLIC_URL = ""
+    card = agent_card(echo_agent, base_url="http://127.0.0.1:8000", url="http://127.0.0.2:8000/")
+    assert card["supportedInterfaces"][2] == {
+        "url": "127.0.0.2:50051",
+        "protocolBinding": "GRPC",
+        "protocolVersion": "1.0",
+    }

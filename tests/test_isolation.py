@@ -7,8 +7,9 @@ the id, same number of queries), so nothing tells a caller that someone else's t
 
 Anonymous callers are not one principal that can list: each anonymous task is reachable by
 whoever holds its id (an unguessable UUID), and ListTasks shows an anonymous caller nothing.
-Later endpoints add their rows to `OPERATIONS`. The tenant API's matrix (/api/v1/, every route)
-is tests/test_isolation_tenant_api.py's, beside this one.
+Later endpoints add their rows to `OPERATIONS`; HTTP+JSON and gRPC have matrices of their own
+below. The tenant API's matrix (/api/v1/, every route) is tests/test_isolation_tenant_api.py's,
+beside this one.
 """
 
 from __future__ import annotations
@@ -436,6 +437,142 @@ def test_over_http_json_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_
             assert over_rest[0] == over_rpc[0], (caller.name, path)
             if over_rest[0] != 200:
                 assert over_rest[1]["error"]["message"] == over_rpc[1]["error"]["message"], (caller.name, path)
+
+
+# --- the same matrix over gRPC ---------------------------------------------------------------
+#
+# The gRPC binding's calls, in process through the same handler the server runs
+# (protocols.grpc_server.answer_call): a refusal is the Status of a task that does not exist.
+
+
+class GrpcContext:
+    """What the handler reads of a grpc.aio call: its metadata and its peer."""
+
+    def __init__(self, pairs: list[tuple[str, str]]):
+        self.pairs = pairs
+
+    def invocation_metadata(self):
+        return tuple(self.pairs)
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:40000"
+
+
+def call_grpc(path: str, method: str, request, caller: Caller):
+    from google.rpc import status_pb2
+
+    from protocols import grpc_server
+    from protocols.bindings import Reply
+    from protocols.bindings.grpc_binding import GRPC_OK, RPCS
+
+    _, tenant, agent = path.strip("/").split("/")
+    pairs = [("a2a-version", "1.0"), ("agentserver-agent", f"{tenant}/{agent}")]
+    pairs += [(name.lower(), value) for name, value in caller.headers.items()]
+    where = grpc_server.Listener(address="127.0.0.1:0", host="127.0.0.1")
+    with CaptureQueriesContext(connection) as queries:
+        answer = async_to_sync(grpc_server.answer_call)(
+            RPCS[method], request.SerializeToString(), GrpcContext(pairs), where
+        )
+    assert isinstance(answer, Reply), f"{method} streamed: the matrix expects a refusal or a plain answer"
+    if answer.status == GRPC_OK:
+        return answer.status, {"result": answer.body.hex()}, len(queries)
+    status = status_pb2.Status.FromString(answer.body)
+    error = {
+        "code": status.code,
+        "message": status.message,
+        "details": [d.SerializeToString().hex() for d in status.details],
+    }
+    return answer.status, {"error": error}, len(queries)
+
+
+def _grpc_operations():
+    from a2a.types import a2a_pb2
+
+    def follow_up(t: str, **config) -> a2a_pb2.SendMessageRequest:
+        message = a2a_pb2.Message(
+            message_id=uuid.uuid4().hex, role=a2a_pb2.ROLE_USER, parts=[a2a_pb2.Part(text="a stranger's follow-up")]
+        )
+        message.task_id = t
+        return a2a_pb2.SendMessageRequest(message=message, configuration=a2a_pb2.SendMessageConfiguration(**config))
+
+    return {
+        "SendMessage (follow-up)": lambda t: ("SendMessage", follow_up(t, return_immediately=True)),
+        "SendStreamingMessage (follow-up)": lambda t: ("SendStreamingMessage", follow_up(t)),
+        "SubscribeToTask": lambda t: ("SubscribeToTask", a2a_pb2.SubscribeToTaskRequest(id=t)),
+        "CreateTaskPushNotificationConfig": lambda t: (
+            "CreateTaskPushNotificationConfig",
+            a2a_pb2.TaskPushNotificationConfig(task_id=t, id="mine", url=HOOK),
+        ),
+        "GetTaskPushNotificationConfig": lambda t: (
+            "GetTaskPushNotificationConfig",
+            a2a_pb2.GetTaskPushNotificationConfigRequest(task_id=t, id="cfg"),
+        ),
+        "ListTaskPushNotificationConfigs": lambda t: (
+            "ListTaskPushNotificationConfigs",
+            a2a_pb2.ListTaskPushNotificationConfigsRequest(task_id=t),
+        ),
+        "DeleteTaskPushNotificationConfig": lambda t: (
+            "DeleteTaskPushNotificationConfig",
+            a2a_pb2.DeleteTaskPushNotificationConfigRequest(task_id=t, id="cfg"),
+        ),
+        "GetTask": lambda t: ("GetTask", a2a_pb2.GetTaskRequest(id=t, history_length=10)),
+        "CancelTask": lambda t: ("CancelTask", a2a_pb2.CancelTaskRequest(id=t)),
+    }
+
+
+GRPC_OPERATIONS = _grpc_operations()
+
+
+@pytest.mark.parametrize("operation", list(GRPC_OPERATIONS))
+def test_over_grpc_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_task(client, world, tasks, operation):
+    for caller in world:
+        for target in tasks:
+            if same_principal(caller, target.owner):
+                continue
+            path = target.owner.agent
+            theirs = call_grpc(path, *GRPC_OPERATIONS[operation](target.task_id), caller)
+            nobody = str(uuid.uuid4())
+            absent = call_grpc(path, *GRPC_OPERATIONS[operation](nobody), caller)
+            where = f"{caller.name} -> {target.owner.name}'s task: {operation}"
+            assert theirs[0] == absent[0] and theirs[0] >= 400, where
+            assert without(theirs[1], target.task_id, "ID") == without(absent[1], nobody, "ID"), where
+            assert theirs[2] == absent[2], f"{where}: {theirs[2]} queries, {absent[2]} for no task"
+            assert b"private text" not in orjson.dumps(theirs[1]), where
+
+
+@pytest.mark.parametrize("operation", ["GetTask", "ListTaskPushNotificationConfigs"])
+def test_over_grpc_every_owner_reaches_its_own_task(client, world, tasks, operation):
+    for target in tasks:
+        status, body, _ = call_grpc(target.owner.agent, *GRPC_OPERATIONS[operation](target.task_id), target.owner)
+        assert status == 200 and "error" not in body, (target.owner.name, body)
+
+
+def test_over_grpc_list_tasks_shows_each_caller_its_own_tasks_and_an_anonymous_caller_none(client, world, tasks):
+    from a2a.types import a2a_pb2
+
+    for caller in world:
+        for context in (None, *[t.context_id for t in tasks]):
+            request = a2a_pb2.ListTasksRequest(history_length=10, context_id=context or "")
+            status, body, _ = call_grpc(caller.agent, "ListTasks", request, caller)
+            assert status == 200, body
+            listed_page = a2a_pb2.ListTasksResponse.FromString(bytes.fromhex(body["result"]))
+            listed = {t.id for t in listed_page.tasks}
+            mine = {t.task_id for t in tasks if t.owner is caller and (context is None or t.context_id == context)}
+            assert listed == (set() if caller.anonymous else mine), (caller.name, context)
+            assert listed_page.total_size == len(listed)
+
+
+def test_over_grpc_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_limited_to(client, world):
+    from a2a.types import a2a_pb2
+
+    paths = ["/agents/ta/echo/", "/agents/ta/open/", "/agents/tb/echo/", "/agents/tb/other/"]
+    for caller in world:
+        for path in paths:
+            over_rpc = call(client, path, "ListTasks", {}, caller)
+            over_grpc = call_grpc(path, "ListTasks", a2a_pb2.ListTasksRequest(), caller)
+            assert over_grpc[0] == over_rpc[0], (caller.name, path)
+            if over_grpc[0] != 200:
+                assert over_grpc[1]["error"]["message"] == over_rpc[1]["error"]["message"], (caller.name, path)
 
 
 # --- what the agent's tenant configures ------------------------------------------------------

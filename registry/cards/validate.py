@@ -74,6 +74,21 @@ def is_http_url(value: object) -> bool:
     return is_web_url(value)
 
 
+@formats.checks("grpc-target")
+def is_grpc_target(value: object) -> bool:
+    """A gRPC interface's address: `host:port` as gRPC clients take it (A2A's suite and SDKs dial
+    the card's url as is), or an http(s) URL."""
+    if not isinstance(value, str) or not value:
+        return True  # another rule says what is wrong with a value that is not text, or empty
+    if "://" in value:
+        return is_web_url(value)
+    if _URL_UNSAFE.search(value) or "/" in value or "@" in value:
+        return False
+    host, colon, port = value.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return bool(colon and host and port.isdigit() and 0 < int(port) < 65536)
+
+
 @formats.checks("amqp-url")
 def is_amqp_url(value: object) -> bool:
     if not isinstance(value, str) or not value:
