@@ -179,9 +179,18 @@ class PushAttempt(models.Model):
         return f"{self.started_at:%Y-%m-%d %H:%M:%S} {self.status_code or self.error[:40]}"
 
 
+class KeyPurpose(models.TextChoices):
+    """What a key signs. Each purpose has its own keys and its own JWKS, so a verifier that
+    trusts one kind of statement is never handed a key that signs another."""
+
+    PUSH = "push", "push notifications"
+    CARD = "card", "agent cards"
+    DIRECTORY = "directory", "directory attestations"
+
+
 class SigningKey(models.Model):
-    """An ES256 key that signs notifications; its public half is in the JWKS while it may
-    have signatures in flight.
+    """An ES256 key of the server that signs one kind of statement (its `purpose`); its public
+    half is in that purpose's JWKS while it may have signatures in flight.
 
     Timeline: published at `created_at`; signs from `signs_from` (a rotation leaves a delay so
     receivers that cache the JWKS see the key first); a newer key takes over at
@@ -189,6 +198,7 @@ class SigningKey(models.Model):
     """
 
     kid = models.CharField(max_length=64, unique=True)
+    purpose = models.CharField(max_length=16, choices=KeyPurpose.choices, default=KeyPurpose.PUSH)
     private_key_sealed = models.TextField(editable=False, help_text="PEM (PKCS#8), Fernet-encrypted.")
     public_jwk = models.JSONField()
     created_at = models.DateTimeField()
@@ -197,7 +207,7 @@ class SigningKey(models.Model):
     unpublish_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["-signs_from"], name="push_signingkey_newest")]
+        indexes = [models.Index(fields=["purpose", "-signs_from"], name="push_signingkey_purpose_newest")]
         constraints = [
             models.CheckConstraint(
                 condition=Q(signs_from__gte=models.F("created_at")), name="push_signingkey_published_before_signing"

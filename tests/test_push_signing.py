@@ -8,7 +8,7 @@ from django.db import connection
 from django.utils import timezone
 
 from push import signing
-from push.models import SigningKey
+from push.models import KeyPurpose, SigningKey
 from push.verify import JwksCache, StaticJwks, VerificationError, verify_notification
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +164,20 @@ def test_the_rotate_command_reports_the_new_key(capsys):
     assert f"new key {new.kid}: published now" in out
     assert (new.signs_from - new.created_at).total_seconds() == 120
     assert SigningKey.objects.get(kid=old.kid).signs_until == new.signs_from
+
+
+def test_each_purpose_has_its_own_keys_and_its_own_jwks():
+    push_key = signing.key_for_signing()
+    card_key = signing.key_for_signing(purpose=KeyPurpose.CARD)
+    assert push_key.kid != card_key.kid
+    assert [k["kid"] for k in signing.jwks()["keys"]] == [push_key.kid]
+    assert [k["kid"] for k in signing.jwks(purpose=KeyPurpose.CARD)["keys"]] == [card_key.kid]
+
+
+def test_rotating_one_purpose_leaves_the_others_keys_alone():
+    push_key = signing.key_for_signing()
+    card_key = signing.key_for_signing(purpose=KeyPurpose.CARD)
+    new, _ = signing.key_rotate(publish_delay=0, purpose=KeyPurpose.CARD, kept_for=60)
+    assert SigningKey.objects.get(kid=push_key.kid).signs_until is None
+    assert SigningKey.objects.get(kid=card_key.kid).unpublish_at == new.signs_from + timedelta(seconds=60)
+    assert signing.key_for_signing(purpose=KeyPurpose.CARD).kid == new.kid
