@@ -232,7 +232,6 @@ async def start(hosts: list[str], port: int) -> Running:
 async def serve(hosts: list[str], port: int, *, ready: Callable[[Running], Any] = lambda running: None) -> None:
     """Serve until SIGTERM or SIGINT; a second one stops at once."""
     running = await start(hosts, port)
-    ready(running)
     stopping = asyncio.Event()
     stops = 0
 
@@ -244,15 +243,18 @@ async def serve(hosts: list[str], port: int, *, ready: Callable[[Running], Any] 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
+    ready(running)  # only now: a supervisor that signals as soon as it reads "serving" is heard
     await stopping.wait()
     log.info("gRPC: stopping; calls in flight get up to %s s", settings.SHUTDOWN_GRACE)
     stop = asyncio.ensure_future(running.stop(settings.SHUTDOWN_GRACE))
-    while not stop.done():
+    # A second signal may have come with the first (a supervisor that sends two): look before waiting.
+    while not stop.done() and stops < 2:
         stopping.clear()
         waiter = asyncio.ensure_future(stopping.wait())
         await asyncio.wait({stop, waiter}, return_when=asyncio.FIRST_COMPLETED)
         waiter.cancel()
-        if stops > 1 and not stop.done():
-            log.warning("second signal: stopping the gRPC server now")
-            await asyncio.gather(*(server.stop(0) for server in running.servers))
+    if not stop.done():
+        log.warning("second signal: stopping the gRPC server now")
+        await asyncio.gather(*(server.stop(0) for server in running.servers))
+    await stop  # the graceful stop ends at once after stop(0); its failure is not swallowed
     log.info("gRPC: stopped")
