@@ -247,6 +247,9 @@ METRICS_STORE_EVERY = env.float("METRICS_STORE_EVERY", default=10.0)
 # refused without METRICS_TOKEN when one is set: keep the port inside the cluster.
 WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
 WORKER_METRICS_ADDR = env.str("WORKER_METRICS_ADDR", default="0.0.0.0")
+# The same for serve_grpc's process (a gRPC pod): its counts on this port (0: off), at this address.
+GRPC_METRICS_PORT = env.int("GRPC_METRICS_PORT", default=0)
+GRPC_METRICS_ADDR = env.str("GRPC_METRICS_ADDR", default="0.0.0.0")
 # OpenTelemetry traces (agentserver/tracing.py): "otlp" (with the SDK's OTEL_EXPORTER_OTLP_*
 # variables), "console", or "file:<path>"; empty: off.
 TRACING_EXPORTER = env.str("TRACING_EXPORTER", default="")
@@ -265,6 +268,10 @@ SHUTDOWN_GRACE = env.float("SHUTDOWN_GRACE", default=8.0)
 # GRPC_PORT.
 GRPC_PORT = env.int("GRPC_PORT", default=0)
 GRPC_PUBLIC_URL = env.str("GRPC_PUBLIC_URL", default="")
+# What serve_grpc runs before its servers start, returning their interceptors: this project's
+# traces and metrics port (a dotted path, as ASGI_APPLICATION is; the gRPC layer cannot import
+# the project package).
+GRPC_SERVER_SETUP = "agentserver.grpc_process.setup"
 # ORM work of the async protocol views runs on this many shared threads (tasks_app.dbcalls);
 # keep it at or below DB_POOL_MAX. 0 = Django's per-request threads.
 DB_THREADS = env.int("DB_THREADS", default=12)

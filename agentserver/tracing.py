@@ -10,9 +10,11 @@ request daphne serves; the Django instrumentation's below it for the admin and t
 through the agent request (`protocols.endpoint`'s span), the Celery publish and the worker's run
 of the agent (the Celery instrumentation carries the context in the message's headers) to each
 push delivery the run's events cause and its POST (the httpx instrumentation, which also sends
-`traceparent` to the receiver), with Postgres and Redis calls as child spans. Each process
-configures itself once: daphne before its ASGI application loads (Django's instrumentation adds a
-middleware, so it must come first), each worker child when it is forked.
+`traceparent` to the receiver), with Postgres and Redis calls as child spans. Over gRPC the
+trace starts at the gRPC instrumentation's server span around each call (`serve_grpc` asks for
+it through GRPC_SERVER_SETUP: `grpc_interceptors` below). Each process configures itself once:
+daphne before its ASGI application loads (Django's instrumentation adds a middleware, so it must
+come first), serve_grpc before its servers start, each worker child when it is forked.
 """
 
 from __future__ import annotations
@@ -108,6 +110,17 @@ def configure(*, service: str, exporter: SpanExporter | None = None) -> bool:
         DjangoInstrumentor().instrument(tracer_provider=provider)
         _provider = provider
     return True
+
+
+def grpc_interceptors() -> list[Any]:
+    """serve_grpc's process (agentserver.grpc_process): traced as TRACING_EXPORTER says, and
+    the interceptors its servers add: a server span around each call (continuing a caller's
+    `traceparent`), health checks left out, as an orchestrator asks them every few seconds."""
+    if not configure(service="agentserver-grpc"):
+        return []
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor, filters
+
+    return [aio_server_interceptor(tracer_provider=_provider, filter_=filters.negate(filters.health_check()))]
 
 
 def uninstrument() -> None:

@@ -1,8 +1,8 @@
 """The Prometheus exposition: what the apps count (protocols.metrics, tasks_app.metrics,
 push.metrics), summed over every process in multiprocess mode, and what the store says at
 scrape time (tasks by state, the run queue), read at most every METRICS_STORE_EVERY seconds.
-Served by the web processes' /metrics (views.py) and, on WORKER_METRICS_PORT, by a Celery
-worker's main process for its prefork children (serve_worker)."""
+Served by the web processes' /metrics (views.py), on WORKER_METRICS_PORT by a Celery worker's
+main process for its prefork children (serve_worker), and on GRPC_METRICS_PORT by serve_grpc."""
 
 from __future__ import annotations
 
@@ -173,12 +173,26 @@ def serve_worker() -> WSGIServer | None:
             "their own memory, out of the main process's reach; no metrics served"
         )
         return None
-    try:
-        server = serve(port=port, addr=settings.WORKER_METRICS_ADDR, registry=registry(store=False))
-    except OSError as exc:
-        log.error("worker metrics not served on %s:%d: %s", settings.WORKER_METRICS_ADDR, port, exc)
+    return _serve_own(port=port, addr=settings.WORKER_METRICS_ADDR, who="worker")
+
+
+def serve_grpc() -> WSGIServer | None:
+    """In serve_grpc's process, with GRPC_METRICS_PORT set: its counts (in multiprocess mode,
+    all of its pod's directory holds), for Prometheus to scrape from a gRPC pod. Not the
+    store's gauges, for the reason serve_worker gives."""
+    port = settings.GRPC_METRICS_PORT
+    if not port:
         return None
-    log.info("worker metrics on http://%s:%d/metrics", settings.WORKER_METRICS_ADDR, port)
+    return _serve_own(port=port, addr=settings.GRPC_METRICS_ADDR, who="gRPC")
+
+
+def _serve_own(*, port: int, addr: str, who: str) -> WSGIServer | None:
+    try:
+        server = serve(port=port, addr=addr, registry=registry(store=False))
+    except OSError as exc:
+        log.error("%s metrics not served on %s:%d: %s", who, addr, port, exc)
+        return None
+    log.info("%s metrics on http://%s:%d/metrics", who, addr, port)
     if not settings.METRICS_TOKEN and not (settings.DEBUG or settings.METRICS_PUBLIC):
-        log.warning("worker metrics are refused to every scrape: set METRICS_TOKEN (docs/operations.md)")
+        log.warning("%s metrics are refused to every scrape: set METRICS_TOKEN (docs/operations.md)", who)
     return server

@@ -14,6 +14,10 @@ address the listener serves (a loopback or other IP address bound with `bind_hos
 request's `:authority`, so a bound name is known by its address, and the card of an agent names
 the one or the other (`protocols.cards`).
 
+GRPC_SERVER_SETUP names (as a dotted path, like ASGI_APPLICATION) what the project runs in this
+process before the servers start, and the interceptors it returns wrap every call: the project
+package's traces, which this layer cannot import.
+
 SIGTERM: the health service says NOT_SERVING, open streams end (UNAVAILABLE, saying to
 subscribe again), new calls are refused, and the calls in flight get SHUTDOWN_GRACE seconds.
 """
@@ -30,6 +34,7 @@ from typing import Any
 
 import grpc
 from django.conf import settings
+from django.utils.module_loading import import_string
 from google.rpc import status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -207,6 +212,7 @@ class Running:
 async def start(hosts: list[str], port: int) -> Running:
     """A server per address (each knows which address a call came to), all on `port`."""
     checker = health.aio.HealthServicer()
+    interceptors = import_string(settings.GRPC_SERVER_SETUP)() if settings.GRPC_SERVER_SETUP else []
     options = [
         ("grpc.max_receive_message_length", settings.DATA_UPLOAD_MAX_MEMORY_SIZE),
         ("grpc.so_reuseport", 0),
@@ -214,7 +220,7 @@ async def start(hosts: list[str], port: int) -> Running:
     servers, ports = [], []
     for host in hosts:
         where = listener(host, port)
-        server = grpc.aio.server(options=options)
+        server = grpc.aio.server(options=options, interceptors=interceptors)
         server.add_generic_rpc_handlers((service_handler(where),))
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         bound = server.add_insecure_port(where.address)

@@ -73,10 +73,10 @@ def test_kubernetes_gives_a_worker_the_time_to_finish_the_runs_it_began():
     assert worker["terminationGracePeriodSeconds"] >= settings.AGENT_TIME_LIMIT
 
 
-def test_prometheus_scrapes_every_web_and_worker_pod_on_the_port_that_serves_its_metrics():
+def test_prometheus_scrapes_every_web_worker_and_grpc_pod_on_the_port_that_serves_its_metrics():
     found = manifests()
     config = found["ConfigMap/agentserver"]["data"]
-    for role, port in (("web", 8000), ("worker", 9808)):
+    for role, port in (("web", 8000), ("worker", 9808), ("grpc", 9809)):
         template = found[f"Deployment/agentserver-{role}"]["spec"]["template"]
         annotations = template["metadata"]["annotations"]
         assert annotations["prometheus.io/scrape"] == "true", role
@@ -89,6 +89,9 @@ def test_prometheus_scrapes_every_web_and_worker_pod_on_the_port_that_serves_its
         assert volume["emptyDir"] == {}, role
     worker = found["Deployment/agentserver-worker"]["spec"]["template"]["spec"]["containers"][0]
     assert {"name": "WORKER_METRICS_PORT", "value": "9808"} in worker["env"]
+    grpc = found["Deployment/agentserver-grpc"]["spec"]["template"]["spec"]["containers"][0]
+    assert {"name": "GRPC_METRICS_PORT", "value": "9809"} in grpc["env"]
+    assert {"name": "metrics", "containerPort": 9809} in grpc["ports"]
 
 
 # --- metrics: never open to anyone (docs/operations.md, "Who may read the metrics") -------------

@@ -34,6 +34,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from protocols import cards
+from protocols.bindings.grpc_binding import BINDING
 from tasks_app.models import Task
 from tests.grpc_support import as_dict, error_info, grpc_serving, metadata, text_message
 from tests.test_live import call
@@ -351,6 +352,48 @@ def test_sigterm_ends_an_open_stream_with_unavailable_saying_to_subscribe_again(
             assert error_info(ended.value) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", "agentserver")
             assert "resubscribe" in ended.value.details()
         assert proc.wait(15) == 0
+
+
+def test_a_call_is_traced_from_the_callers_traceparent_through_the_agent_request(
+    live_celery, echo_agent, alice_key, tmp_path
+):
+    import json
+
+    spans = tmp_path / "spans.jsonl"
+    caller_trace, caller_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    with grpc_serving({**live_celery.env, "TRACING_EXPORTER": f"file:{spans}"}, live_celery.logs) as (address, _, _):
+        with grpc.insecure_channel(address) as channel:
+            stub = a2a_pb2_grpc.A2AServiceStub(channel)
+            where = metadata(key=alice_key, traceparent=f"00-{caller_trace}-{caller_span}-01")
+            stub.SendMessage(a2a_pb2.SendMessageRequest(message=text_message("trace me")), metadata=where, timeout=30)
+    found = [json.loads(line) for line in spans.read_text().splitlines()]  # the server flushed as it stopped
+    (call,) = [s for s in found if s["kind"] == "SERVER" and s["name"].endswith("A2AService/SendMessage")]
+    assert call["trace_id"] == caller_trace and call["parent_id"] == caller_span
+    assert call["service"] == "agentserver-grpc"
+    (request,) = [s for s in found if s["name"] == f"agent request {BINDING.name}"]
+    assert request["parent_id"] == call["span_id"] and request["attributes"]["agentserver.method"] == "SendMessage"
+    assert any(s["trace_id"] == caller_trace and s["attributes"].get("db.system") == "postgresql" for s in found)
+    # Health checks (the test's own readiness polls) make no spans.
+    assert not [s for s in found if "Health" in s["name"]]
+
+
+def test_its_own_metrics_port_serves_its_counts_to_a_bearer_of_the_metrics_token(live_celery, echo_agent, alice_key):
+    import httpx
+
+    from tests.conftest import _free_port
+    from tests.test_ops import sample
+
+    port = _free_port()
+    env = {**live_celery.env, "GRPC_METRICS_PORT": str(port), "GRPC_METRICS_ADDR": "127.0.0.1", "METRICS_TOKEN": "g"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # one process: its own memory
+    with grpc_serving(env, live_celery.logs) as (address, _, _):
+        with grpc.insecure_channel(address) as channel:
+            send(a2a_pb2_grpc.A2AServiceStub(channel), alice_key)
+        url = f"http://127.0.0.1:{port}/metrics"
+        assert httpx.get(url, timeout=10).status_code == 401
+        scraped = httpx.get(url, headers={"Authorization": "Bearer g"}, timeout=10).text
+    labels = {"binding": BINDING.name, "dialect": "a2a/1.0", "method": "SendMessage", "outcome": "ok"}
+    assert sample(scraped, "agentserver_requests_total", **labels) == 1, scraped
 
 
 @pytest.fixture
