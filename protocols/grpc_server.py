@@ -220,7 +220,7 @@ async def start(hosts: list[str], port: int) -> Running:
     servers, ports = [], []
     for host in hosts:
         where = listener(host, port)
-        server = grpc.aio.server(options=options, interceptors=interceptors)
+        server = grpc.aio.server(options=options, interceptors=interceptors or None)
         server.add_generic_rpc_handlers((service_handler(where),))
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
         bound = server.add_insecure_port(where.address)
