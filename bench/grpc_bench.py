@@ -8,7 +8,8 @@ echo agent at each concurrency, the servers alternating point by point. Loopback
     .venv/bin/python bench/grpc_bench.py -c 8 --duration 5 --rounds 3
 
 The client is grpc.aio in our venv, one channel (HTTP/2 multiplexes the calls), `c` calls
-always in flight. Prints a markdown table (req/s, p50, p99, ratio ours/peer) and saves it with
+always in flight. Prints a markdown table (req/s, p50, p99, ratio ours/peer, server CPU per
+request alone and with Postgres and Redis, from /proc) and saves it with
 the JSON in bench/results/. The databases and the Redis db are its own (see --help).
 """
 
@@ -44,12 +45,12 @@ async def one_point(address: str, metadata: list, c: int, warmup: float, duratio
     async with grpc.aio.insecure_channel(address) as channel:
         stub = a2a_pb2_grpc.A2AServiceStub(channel)
         latencies: list[float] = []
-        errors = 0
+        errors = answered = 0
         start = time.monotonic()
         measure_from, end = start + warmup, start + warmup + duration
 
         async def worker() -> None:
-            nonlocal errors
+            nonlocal errors, answered
             while (now := time.monotonic()) < end:
                 try:
                     answer = await stub.SendMessage(request(), metadata=metadata, timeout=30)
@@ -57,6 +58,7 @@ async def one_point(address: str, metadata: list, c: int, warmup: float, duratio
                 except grpc.aio.AioRpcError:
                     ok = False
                 done = time.monotonic()
+                answered += ok  # warm-up too: the CPU is measured over all of it
                 if now >= measure_from and done <= end:
                     if ok:
                         latencies.append(done - now)
@@ -69,7 +71,27 @@ async def one_point(address: str, metadata: list, c: int, warmup: float, duratio
     def pct(p: float) -> float:
         return latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000 if latencies else float("nan")
 
-    return {"c": c, "rps": len(latencies) / duration, "p50_ms": pct(0.5), "p99_ms": pct(0.99), "errors": errors}
+    return {
+        "c": c,
+        "rps": len(latencies) / duration,
+        "p50_ms": pct(0.5),
+        "p99_ms": pct(0.99),
+        "errors": errors,
+        "answered": answered,
+    }
+
+
+def measured(side: list[R.Proc], sessions: dict[str, int], run_point) -> dict:
+    """A point with its server CPU per request (the side's processes and their children) and
+    with Postgres and Redis, from start of warm-up to end, over every answer in that time."""
+    before = R.cpu_snapshot(sessions)
+    point = run_point()
+    d = R.cpu_delta(before, R.cpu_snapshot(sessions))
+    server = sum(d.get(p.name, 0.0) for p in side)
+    n = max(1, point["answered"])
+    point["server_cpu_ms_per_req"] = round(1000 * server / n, 3)
+    point["total_cpu_ms_per_req"] = round(1000 * (server + d.get("postgres", 0.0) + d.get("redis", 0.0)) / n, 3)
+    return point
 
 
 def wait_serving(address: str, metadata: list, procs: list[R.Proc], limit: float) -> None:
@@ -124,17 +146,21 @@ def markdown(rows: dict[str, dict[int, list[dict]]], label: str) -> str:
     lines = [
         f"SendMessage over gRPC (blocking, echo), {label}",
         "",
-        "| c | ours req/s | peer req/s | ratio | ours p50 ms | peer p50 ms | ours p99 ms | peer p99 ms | errors |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| c | ours req/s | peer req/s | ratio | ours p50 ms | peer p50 ms | ours p99 ms | peer p99 ms "
+        "| server CPU ms/req ours / peer | with Postgres and Redis | errors |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    keys = ("rps", "p50_ms", "p99_ms", "server_cpu_ms_per_req", "total_cpu_ms_per_req")
     for c in sorted(rows["ours"]):
-        ours = {k: statistics.median(r[k] for r in rows["ours"][c]) for k in ("rps", "p50_ms", "p99_ms")}
-        peer = {k: statistics.median(r[k] for r in rows["peer"][c]) for k in ("rps", "p50_ms", "p99_ms")}
+        ours = {k: statistics.median(r[k] for r in rows["ours"][c]) for k in keys}
+        peer = {k: statistics.median(r[k] for r in rows["peer"][c]) for k in keys}
         errors = sum(r["errors"] for side in rows.values() for r in side[c])
         ratio = ours["rps"] / peer["rps"] if peer["rps"] else float("nan")
         lines.append(
             f"| {c} | {ours['rps']:.0f} | {peer['rps']:.0f} | {ratio:.2f} | {ours['p50_ms']:.1f} | "
-            f"{peer['p50_ms']:.1f} | {ours['p99_ms']:.1f} | {peer['p99_ms']:.1f} | {errors} |"
+            f"{peer['p50_ms']:.1f} | {ours['p99_ms']:.1f} | {peer['p99_ms']:.1f} | "
+            f"{ours['server_cpu_ms_per_req']:.2f} / {peer['server_cpu_ms_per_req']:.2f} | "
+            f"{ours['total_cpu_ms_per_req']:.2f} / {peer['total_cpu_ms_per_req']:.2f} | {errors} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -176,12 +202,18 @@ def main() -> int:
             sides[name] = (procs, metadata, address)
             wait_serving(address, metadata, procs, 60)
         order = ["ours", "peer"]
+        sessions = {p.name: p.pid for procs, _, _ in sides.values() for p in procs}
         for _ in range(a.rounds):
             for c in counts:
                 for name in order:
-                    _, metadata, address = sides[name]
-                    point = asyncio.run(one_point(address, metadata, c, a.warmup, a.duration))
-                    R.log(f"{name} c={c}: {point['rps']:.0f} req/s, p50 {point['p50_ms']:.1f} ms")
+                    procs, metadata, address = sides[name]
+                    point = measured(
+                        procs, sessions, lambda: asyncio.run(one_point(address, metadata, c, a.warmup, a.duration))
+                    )
+                    R.log(
+                        f"{name} c={c}: {point['rps']:.0f} req/s, p50 {point['p50_ms']:.1f} ms, "
+                        f"{point['server_cpu_ms_per_req']:.2f} ms CPU/req"
+                    )
                     rows[name][c].append(point)
                 order.reverse()  # who goes first flips from one point to the next
     finally:
