@@ -81,11 +81,11 @@ async def one_point(address: str, metadata: list, c: int, warmup: float, duratio
     }
 
 
-def measured(side: list[R.Proc], sessions: dict[str, int], run_point) -> dict:
+def measured(side: list[R.Proc], sessions: dict[str, int], point_run) -> dict:
     """A point with its server CPU per request (the side's processes and their children) and
     with Postgres and Redis, from start of warm-up to end, over every answer in that time."""
     before = R.cpu_snapshot(sessions)
-    point = run_point()
+    point = asyncio.run(point_run)
     d = R.cpu_delta(before, R.cpu_snapshot(sessions))
     server = sum(d.get(p.name, 0.0) for p in side)
     n = max(1, point["answered"])
@@ -207,9 +207,7 @@ def main() -> int:
             for c in counts:
                 for name in order:
                     procs, metadata, address = sides[name]
-                    point = measured(
-                        procs, sessions, lambda: asyncio.run(one_point(address, metadata, c, a.warmup, a.duration))
-                    )
+                    point = measured(procs, sessions, one_point(address, metadata, c, a.warmup, a.duration))
                     R.log(
                         f"{name} c={c}: {point['rps']:.0f} req/s, p50 {point['p50_ms']:.1f} ms, "
                         f"{point['server_cpu_ms_per_req']:.2f} ms CPU/req"
