@@ -15,7 +15,8 @@ so that its verifier, which needs one good signature, finds one.
 Signing costs an ECDSA operation and an SDK parse; a card is read on every discovery. So the
 signatures are kept per process, by the card's bytes, the key and the key set's URL: a GET
 signs only when the card or the key changed. The current key is re-read at most every
-KEY_CACHE_SECONDS, sooner when it stops signing, and at once on an announced change."""
+KEY_CACHE_SECONDS, sooner when it stops signing, and at once when a key changes (the save is
+announced, accounts.changes)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ from accounts import changes
 from accounts.canonical import canonical, without_empty
 from push import signing
 from push.models import KeyPurpose
+
+from . import cards
 
 log = logging.getLogger(__name__)
 
@@ -79,10 +82,13 @@ def kept_for() -> float:
 def _key() -> _Current:
     global _current
     current = _current
-    if current is not None and current.until > time.monotonic():
+    # Kept only while this process hears of every change (accounts.changes), as the agents
+    # are: a process that does not (no Redis, the embedded mode) reads the key per card.
+    usable = changes.caches_usable()
+    if usable and current is not None and current.until > time.monotonic():
         return current
     key = signing.key_for_signing(purpose=KeyPurpose.CARD)
-    ttl = KEY_CACHE_SECONDS
+    ttl = KEY_CACHE_SECONDS if usable else 0.0
     if key.signs_until is not None:
         ttl = min(ttl, max((key.signs_until - timezone.now()).total_seconds(), 0.0))
     current = _Current(key.kid, signing.private_key(key), time.monotonic() + ttl)
@@ -169,3 +175,9 @@ def signed_body(card: dict[str, Any], *, jku: str) -> bytes:
     if entries is None or not card:
         return body
     return body[:-1] + b',"signatures":' + orjson.dumps(entries) + b"}"
+
+
+def signed_for(card: dict[str, Any], agent: Any, *, base_url: str, url: str = "") -> dict[str, Any]:
+    """`card` (a card of `agent`: the extended one, returned by a method) with its signatures,
+    naming the key set next to the agent's public card. May read the database."""
+    return signed(card, jku=jwks_url(cards.agent_url(agent, base_url=base_url, url=url)))

@@ -245,11 +245,12 @@ def test_a_signature_with_another_key_of_the_same_kid_does_not_verify(client, ec
 # --- keys: rotation, the ETag, CARD-SIGN-004 --------------------------------------------------
 
 
-def test_the_etag_changes_when_the_card_key_does_and_an_old_etag_is_no_longer_current(client, echo_agent):
+def test_the_etag_changes_when_the_card_key_does_and_an_old_etag_is_no_longer_current(client, echo_agent, auth_caches):
+    """With the key kept in the process (auth_caches: as in production), the rotation's
+    announcement makes the next card use the new key at once."""
     first = client.get(CARD)
     assert client.get(CARD, headers={"If-None-Match": first["ETag"]}).status_code == 304
     signing.key_rotate(publish_delay=0, purpose=KeyPurpose.CARD, kept_for=card_signing.kept_for())
-    card_signing.forget()  # as the rotate command's announcement does in every process
     second = client.get(CARD)
     assert second["ETag"] != first["ETag"]
     assert client.get(CARD, headers={"If-None-Match": first["ETag"]}).status_code == 200
@@ -259,7 +260,6 @@ def test_the_etag_changes_when_the_card_key_does_and_an_old_etag_is_no_longer_cu
 def test_a_rotated_in_key_is_published_first_and_signs_only_after_the_publish_delay(client, echo_agent):
     old = signing.key_for_signing(purpose=KeyPurpose.CARD)
     new, _ = signing.key_rotate(publish_delay=3600, purpose=KeyPurpose.CARD, kept_for=card_signing.kept_for())
-    card_signing.forget()
     assert {k["kid"] for k in client.get(JWKS).json()["keys"]} == {old.kid, new.kid}
     card = client.get(CARD).json()
     assert header_of(card["signatures"][0])["kid"] == old.kid
@@ -271,7 +271,6 @@ def test_card_sign_004_a_card_signed_before_a_rotation_verifies_until_its_key_is
     old_card = client.get(CARD).json()
     old_kid = header_of(old_card["signatures"][0])["kid"]
     new, _ = signing.key_rotate(publish_delay=0, now=now, purpose=KeyPurpose.CARD, kept_for=card_signing.kept_for())
-    card_signing.forget()
     # A client that cached the card (up to AGENT_CARD_MAX_AGE) still finds its key in the set.
     sdk_verify(client, old_card)
     assert directory_verify(client, old_card)[0].valid
@@ -344,6 +343,7 @@ def test_the_key_set_is_only_read(client, echo_agent, method):
 def test_a_card_is_signed_once_per_content_and_key_and_a_warm_get_runs_no_sql(
     client, echo_agent, monkeypatch, auth_caches
 ):
+    signing.key_for_signing(purpose=KeyPurpose.CARD)  # its creation is announced, which empties the caches
     calls = []
     real = card_signing._sign
     monkeypatch.setattr(card_signing, "_sign", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -368,3 +368,56 @@ def test_a_card_with_no_canonical_form_is_served_unsigned_rather_than_failing(cl
     )
     answer = client.get(CARD)
     assert answer.status_code == 200 and "signatures" not in answer.json()
+
+
+# --- the extended card, by each binding ---------------------------------------------------------
+
+EXT = "/agents/acme/ext/"
+SECRET_SKILL = {"id": "secret", "name": "Secret", "description": "for members", "tags": []}
+
+
+@pytest.fixture
+def ext_agent(tenant):
+    from tests.conftest import make_agent
+
+    return make_agent(tenant, "ext", "echo", has_extended_card=True, extended_card={"skills": [SECRET_SKILL]})
+
+
+def test_the_extended_card_is_signed_over_json_rpc_and_http_json_and_both_verifiers_accept_it(
+    client, rpc, rest, ext_agent, alice_key
+):
+    over_rpc = rpc(EXT, "GetExtendedAgentCard", {}, key=alice_key).result
+    assert rest("GET", EXT, "extendedAgentCard", key=alice_key).body == over_rpc
+    assert [s["id"] for s in over_rpc["skills"]] == ["ext", "secret"]
+    assert (
+        header_of(over_rpc["signatures"][0])["jku"]
+        == "http://testserver/agents/acme/ext/.well-known/agent-card-jwks.json"
+    )
+    sdk_verify(client, over_rpc)
+    assert directory_verify(client, over_rpc)[0].valid
+    # The public card's signatures do not carry over to the extended content.
+    public = client.get("/agents/acme/ext/.well-known/agent-card.json").json()
+    with pytest.raises(InvalidSignaturesError):
+        sdk_verify(client, {**over_rpc, "signatures": public["signatures"]})
+
+
+def test_the_0_3_authenticated_extended_card_is_signed(client, rpc03, ext_agent, alice_key):
+    card = rpc03(EXT, "agent/getAuthenticatedExtendedCard", {}, key=alice_key).result
+    assert card["protocolVersion"] == "0.3.0"
+    sdk_verify(client, card)
+    assert directory_verify(client, card)[0].valid
+
+
+def test_the_extended_card_as_grpc_sends_it_verifies_with_a2a_sdk(client, rpc, ext_agent, alice_key):
+    from a2a.types import a2a_pb2
+
+    from protocols.bindings.grpc_binding import encode
+
+    card = rpc(EXT, "GetExtendedAgentCard", {}, key=alice_key).result
+    message = a2a_pb2.AgentCard.FromString(encode(card, a2a_pb2.AgentCard))
+    assert len(message.signatures) == len(card["signatures"])
+
+    def key_provider(kid: str | None, jku: str | None) -> jwt.PyJWK:
+        return jwt.PyJWK(next(k for k in fetch_jwks(client, jku or "")["keys"] if k["kid"] == kid))
+
+    create_signature_verifier(key_provider, ["ES256"])(message)

@@ -12,7 +12,6 @@ short delay, accepting that some clients refetch the key set).
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from accounts import changes
 from protocols.card_signing import kept_for
 from push.models import KeyPurpose
 from push.signing import key_rotate
@@ -36,9 +35,6 @@ class Command(BaseCommand):
             self.stderr.write("--publish-delay must not be negative")
             raise SystemExit(2)
         key, deleted = key_rotate(publish_delay=delay, purpose=KeyPurpose.CARD, kept_for=kept_for())
-        # Web processes keep the current card key for up to a minute; told, they re-read it now
-        # (and learn when the old one stops signing).
-        changes.announce()
         self.stdout.write(
             f"new card key {key.kid}: published now, signs cards from {key.signs_from.isoformat()}"
             + (f"; deleted {deleted} expired key(s)" if deleted else "")
