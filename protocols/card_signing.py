@@ -29,10 +29,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from django.conf import settings
 from django.utils import timezone
-from jwt import api_jws
+from jwt.utils import base64url_encode, der_to_raw_signature
 
 from accounts import changes
 from accounts.canonical import canonical, without_empty
@@ -62,11 +63,11 @@ _signed: OrderedDict[tuple[bytes, str, str], list[dict[str, str]]] = OrderedDict
 
 
 def forget() -> None:
-    """Drop the cached key and signatures (a key was rotated, or any announced change)."""
+    """Drop the cached key (a key was rotated, or any announced change). The signatures stay:
+    they are kept by card and key, so none of them is ever stale."""
     global _current
     with _lock:
         _current = None
-        _signed.clear()
 
 
 changes.on_change(forget)
@@ -131,10 +132,16 @@ def payloads(card: dict[str, Any]) -> list[bytes]:
 
 
 def _sign(card: dict[str, Any], key: _Current, jku: str) -> list[dict[str, str]]:
-    header = {"alg": ALGORITHM, "typ": "JOSE", "kid": key.kid, "jku": jku}
+    # Deterministic ECDSA (RFC 6979) over a header serialised one way: the same card and key
+    # give the same bytes in every process and after every cache clear, so the card's ETag
+    # holds across web processes and a client's If-None-Match keeps matching.
+    header = orjson.dumps({"alg": ALGORITHM, "typ": "JOSE", "kid": key.kid, "jku": jku}, option=orjson.OPT_SORT_KEYS)
+    protected = base64url_encode(header).decode("ascii")
     entries = []
     for payload in payloads(card):
-        protected, _, signature = api_jws.encode(payload, key.private, algorithm=ALGORITHM, headers=header).split(".")
+        signing_input = f"{protected}.{base64url_encode(payload).decode('ascii')}".encode("ascii")
+        der = key.private.sign(signing_input, ec.ECDSA(hashes.SHA256(), deterministic_signing=True))
+        signature = base64url_encode(der_to_raw_signature(der, key.private.curve)).decode("ascii")
         entries.append({"protected": protected, "signature": signature})
     return entries
 

@@ -89,6 +89,7 @@ def _card_key_forgotten():
     from protocols import card_signing
 
     card_signing.forget()
+    card_signing._signed.clear()  # noqa: SLF001 - and what it signed, to sign again in each test
 
 
 @pytest.fixture(autouse=True)

@@ -421,3 +421,23 @@ def test_the_extended_card_as_grpc_sends_it_verifies_with_a2a_sdk(client, rpc, e
         return jwt.PyJWK(next(k for k in fetch_jwks(client, jku or "")["keys"] if k["kid"] == kid))
 
     create_signature_verifier(key_provider, ["ES256"])(message)
+
+
+@pytest.mark.parametrize("form", FORMS)
+def test_a_signed_card_still_passes_its_version_s_json_schema(client, card_agent, form):
+    from registry import cards
+
+    card = client.get(CARD, headers=FORMS[form]).json()
+    version = cards.detect_version(card, fetched_from=CARD)
+    assert version == {"1.0": "1.0", "0.3": "0.3"}[form]
+    assert cards.validate(card, version) == []
+
+
+def test_the_same_card_and_key_give_the_same_signatures_in_every_process(client, echo_agent):
+    """Deterministic ECDSA (RFC 6979): a process that signs the card anew (another web process,
+    or this one after its cache was emptied) serves the same bytes, so the same ETag."""
+    first = client.get(CARD)
+    card_signing._signed.clear()  # noqa: SLF001 - as a process that never signed it
+    card_signing.forget()
+    again = client.get(CARD)
+    assert again.content == first.content and again["ETag"] == first["ETag"]

@@ -674,6 +674,9 @@ def test_every_card_a_hostile_request_gets_is_signed_and_verifies(client, world,
     assert answer.status_code in (200, 304), answer.content[:300]
     if answer.status_code == 200:
         card = orjson.loads(answer.content)
+        if "supportedInterfaces" not in card and card.get("protocolVersion") != "0.3.0":
+            assert "signatures" not in card  # 0.1's card (A2A-Version: 0.1), which has no such member
+            return
         jwks = orjson.loads(client.get(f"/agents/acme/{agent}/.well-known/agent-card-jwks.json").content)
         checks = verify_signatures(card, jwks_fetcher=lambda url: jwks)
         assert checks and checks[0].valid, checks
