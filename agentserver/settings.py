@@ -288,6 +288,11 @@ AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
 # Card caching (seconds): our agents' cards are served with this max-age, and a fronted
 # agent's upstream card (tasks_app/executors/upstream/) is kept this long in each process.
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)
+# Card signatures (protocols/card_signing.py): a rotated-in card key is published this many
+# seconds before it signs, so clients caching the card key set (served with max-age
+# CARD_JWKS_MAX_AGE) know it before they meet a card it signed.
+CARD_KEY_PUBLISH_DELAY = env.float("CARD_KEY_PUBLISH_DELAY", default=3600.0)
+CARD_JWKS_MAX_AGE = env.int("CARD_JWKS_MAX_AGE", default=300)
 # Fronted A2A agents (docs/executors.md): at most this many bytes of an upstream's card, and of
 # any one of its answers (a stream counts all its events; past it, the task fails).
 UPSTREAM_CARD_MAX_BYTES = env.int("UPSTREAM_CARD_MAX_BYTES", default=256 * 1024)

@@ -26,6 +26,7 @@ urlpatterns = [
     ),
     path("api/", include("registry.api.urls")),
     path(".well-known/jwks.json", push_views.jwks, name="push-jwks"),
+    path(".well-known/agent-card-jwks.json", views.card_jwks_view, name="card-jwks"),
     path("registry/", include("registry.urls")),
     # The site's front page is the directory: the admin's "View site" and a hosted card's
     # provider URL (this server, when the tenant names none) lead there.

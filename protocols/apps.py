@@ -10,7 +10,14 @@ class ProtocolsConfig(AppConfig):
     verbose_name = "Protocols"
 
     def ready(self) -> None:
+        from accounts import changes
+        from push.models import SigningKey
+
         from .dialects import DIALECTS  # they read the models, which are loaded only now
+
+        # Web processes keep the current card key (protocols.card_signing): a new, changed or
+        # deleted key is announced, so each re-reads it at once.
+        changes.connect_signals(SigningKey)
 
         for dialect in DIALECTS:
             encoders.register(dialect.name, dialect.encode_event)

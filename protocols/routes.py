@@ -51,6 +51,14 @@ ROUTES = [
     Route(
         path("agents/<slug:tenant>/<slug:agent>/.well-known/agent-card.json", views.agent_card_view, name="agent-card")
     ),
+    # The keys of the card's signatures, next to it (the signatures' jku).
+    Route(
+        path(
+            "agents/<slug:tenant>/<slug:agent>/.well-known/agent-card-jwks.json",
+            views.card_jwks_view,
+            name="agent-card-jwks",
+        )
+    ),
     # A2A 0.1's card, where its clients look for it.
     Route(
         path(

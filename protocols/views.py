@@ -17,10 +17,12 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
+from push import signing
+from push.models import KeyPurpose
 from tasks_app import streams
 from tasks_app.lifecycle import Dialect
 
-from . import dialects, endpoint, hosts
+from . import card_signing, cards, dialects, endpoint, hosts
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
 from .bindings.http_json import not_allowed
 from .dialects.aip.binding import BINDING as AIP
@@ -110,14 +112,23 @@ def agent_card_v01_view(request: HttpRequest, tenant: str, agent: str) -> HttpRe
 
 
 CARD_METHODS = ("GET", "HEAD")
+# 0.1's card has no `signatures` member; 0.3's and 1.0's do.
+SIGNED_CARDS = frozenset({Dialect.A2A_1_0, Dialect.A2A_0_3})
+
+
+def _not_a_card_method(request: HttpRequest, what: str) -> HttpResponse | None:
+    if request.method in CARD_METHODS:
+        return None
+    # A card is read, never sent to: answered before anyone is looked up, as HTTP+JSON
+    # answers a method its route does not take (the card's path is one below the agent's).
+    reply = not_allowed(request.method or "", what, CARD_METHODS, {})
+    return _with_headers(HttpResponse(reply.body, status=reply.status), reply.all_headers())
 
 
 def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireDialect | None) -> HttpResponse:
-    if request.method not in CARD_METHODS:
-        # A card is read, never sent to: answered before anyone is looked up, as HTTP+JSON
-        # answers a method its route does not take (the card's path is one below the agent's).
-        reply = not_allowed(request.method or "", "an agent card", CARD_METHODS, {})
-        return _with_headers(HttpResponse(reply.body, status=reply.status), reply.all_headers())
+    refused = _not_a_card_method(request, "an agent card")
+    if refused is not None:
+        return refused
     found = agent_get(tenant_slug=tenant, agent_slug=agent)
     if found is None:
         return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
@@ -129,7 +140,14 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
         # A bound name's root may give another version's card to a request naming none.
         dialect = dialects.card_for(version or hosts.root_card_version(request.META))
     assert dialect.card is not None  # card_for and named() here give A2A dialects, which all have cards
-    body = orjson.dumps(dialect.card(found, base_url=_base_url(request), url=hosts.agent_url_of(request.META)))
+    base_url, url = _base_url(request), hosts.agent_url_of(request.META)
+    card = dialect.card(found, base_url=base_url, url=url)
+    if dialect.name in SIGNED_CARDS:
+        # The signature names its key by kid: a new card key is a new body, so a new ETag.
+        jku = card_signing.jwks_url(cards.agent_url(found, base_url=base_url, url=url))
+        body = card_signing.signed_body(card, jku=jku)
+    else:
+        body = orjson.dumps(card)
     etag = '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
     issuer = oidc_issuer_of(found)  # its schemes are on the card too
     last_modified = max(found.updated_at, found.tenant.updated_at, *([issuer.updated_at] if issuer else []))
@@ -149,6 +167,26 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
     response = HttpResponse(status=304) if not_modified else _json(body)
     for name, value in headers.items():
         response[name] = value
+    return response
+
+
+def card_jwks_view(request: HttpRequest, tenant: str | None = None, agent: str | None = None) -> HttpResponse:
+    """The public keys of the server's card signatures (protocols.card_signing), at the site's
+    `/.well-known/agent-card-jwks.json` and next to each agent's card (the `jku` its signatures
+    name; a bound host name's root serves it too). The same set everywhere: the keys are the
+    server's, not a tenant's."""
+    refused = _not_a_card_method(request, "a key set")
+    if refused is not None:
+        return refused
+    if tenant is not None and agent is not None and agent_get(tenant_slug=tenant, agent_slug=agent) is None:
+        return _json(orjson.dumps({"error": f"no agent at /agents/{tenant}/{agent}/"}), 404)
+    # A fresh install has no card key until a card is served: make the one that will sign, so
+    # a client that reads the set first finds it there.
+    signing.key_for_signing(purpose=KeyPurpose.CARD)
+    keys = orjson.dumps(signing.jwks(purpose=KeyPurpose.CARD))
+    response = HttpResponse(keys, content_type="application/jwk-set+json")
+    # A key is published CARD_KEY_PUBLISH_DELAY before it signs; keep caches shorter than that.
+    response["Cache-Control"] = f"public, max-age={settings.CARD_JWKS_MAX_AGE}"
     return response
 
 

@@ -83,6 +83,16 @@ def _fast_waits(settings):
 
 
 @pytest.fixture(autouse=True)
+def _card_key_forgotten():
+    """Each test's database starts without card keys: the one this process keeps for signing
+    cards (protocols.card_signing) goes with them."""
+    from protocols import card_signing
+
+    card_signing.forget()
+    card_signing._signed.clear()  # noqa: SLF001 - and what it signed, to sign again in each test
+
+
+@pytest.fixture(autouse=True)
 def _eager_agents():
     """In-process tests run the agent right after commit, in the request's thread."""
     previous = celery_app.conf.task_always_eager

@@ -565,7 +565,15 @@ def test_live_requests_follow_the_schema_and_the_network_rules(data, method):
 # --- Host headers (protocols.hosts: a bound name serves its agent at the root) -------------------
 
 BOUND = "bound.example"
-HOST_PATHS = ["/", "/.well-known/agent-card.json", "/admin/", "/agents/acme/echo/", "/message:send", "/aip/rpc"]
+HOST_PATHS = [
+    "/",
+    "/.well-known/agent-card.json",
+    "/.well-known/agent-card-jwks.json",
+    "/admin/",
+    "/agents/acme/echo/",
+    "/message:send",
+    "/aip/rpc",
+]
 # What a client may put in Host: garbage, very long, unicode (IDNA or not), near misses of the
 # bound name, with and without ports and brackets.
 HOSTS = st.one_of(
@@ -609,3 +617,66 @@ def test_no_host_header_is_an_internal_error_through_the_asgi_router(bound_name,
     note(repr(host))
     status, body = run_async(asgi_get(application, path, host))
     assert status < 500, (host, path, body[:300])
+
+
+# --- signed cards and their key set (protocols.card_signing) -------------------------------------
+
+KEY_SET_PATHS = st.one_of(
+    st.sampled_from(["/.well-known/agent-card-jwks.json", "/agents/acme/echo/.well-known/agent-card-jwks.json"]),
+    st.builds(
+        "/agents/{}/{}/.well-known/agent-card-jwks.json".format,
+        st.sampled_from(["acme", "ACME", "nobody", "a" * 300, "%00", "acme%2F", "-", "_x"]),
+        st.sampled_from(["echo", "conformance", "nobody", "ech", "e" * 300, "%2e%2e", "ECHO"]),
+    ),
+)
+CARD_HEADERS = st.dictionaries(
+    st.sampled_from(["A2A-Version", "If-None-Match", "If-Modified-Since", "Accept", "X-API-Key"]),
+    st.one_of(st.text(max_size=60), st.sampled_from(["0.3", "1.0", "*", '"x", W/"y"', "0.1", "2.0"])),
+    max_size=4,
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    path=KEY_SET_PATHS,
+    method=st.sampled_from(["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"]),
+    headers=CARD_HEADERS,
+    query=st.sampled_from(["", "?A2A-Version=0.3", "?%", "?kid=x&kid=y", "?" + "a" * 3000]),
+)
+def test_no_request_for_the_card_key_set_is_an_internal_error(client, world, path, method, headers, query):
+    try:
+        answer = client.generic(method, path + query, headers=headers)
+    except UnicodeEncodeError:
+        return  # no WSGI server hands such a header over: it must be latin-1
+    assert answer.status_code in (200, 404, 405), (path, method, answer.content[:300])
+    if answer.status_code == 200:
+        assert method in ("GET", "HEAD")
+        if method == "GET":
+            keys = orjson.loads(answer.content)["keys"]
+            assert keys and all(set(k) == {"kty", "crv", "x", "y", "kid", "use", "alg"} for k in keys)
+    elif method == "GET":
+        assert "error" in orjson.loads(answer.content)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    agent=st.sampled_from(["echo", "conformance"]),
+    headers=CARD_HEADERS,
+    query=st.sampled_from(["", "?A2A-Version=0.3", "?A2A-Version=", "?A2A-Version=%00", "?%zz"]),
+)
+def test_every_card_a_hostile_request_gets_is_signed_and_verifies(client, world, agent, headers, query):
+    from registry.cards.signatures import verify_signatures
+
+    try:
+        answer = client.get(f"/agents/acme/{agent}/.well-known/agent-card.json{query}", headers=headers)
+    except UnicodeEncodeError:
+        return
+    assert answer.status_code in (200, 304), answer.content[:300]
+    if answer.status_code == 200:
+        card = orjson.loads(answer.content)
+        if "supportedInterfaces" not in card and card.get("protocolVersion") != "0.3.0":
+            assert "signatures" not in card  # 0.1's card (A2A-Version: 0.1), which has no such member
+            return
+        jwks = orjson.loads(client.get(f"/agents/acme/{agent}/.well-known/agent-card-jwks.json").content)
+        checks = verify_signatures(card, jwks_fetcher=lambda url: jwks)
+        assert checks and checks[0].valid, checks

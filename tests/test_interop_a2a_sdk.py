@@ -201,6 +201,31 @@ def test_the_sdk_resolves_the_card_and_picks_its_1_0_interface_of_the_binding(li
     run(scenario)
 
 
+def test_the_sdk_s_signature_verifier_accepts_the_live_card_with_the_key_set_its_jku_names(live, echo_agent):
+    import jwt
+    from a2a.utils.signing import create_signature_verifier
+
+    named: list[tuple[str | None, str | None]] = []
+
+    def key_provider(kid: str | None, jku: str | None) -> jwt.PyJWK:
+        named.append((kid, jku))
+        keys = httpx.get(jku or "", timeout=10).json()["keys"]  # the live server's own key set
+        return jwt.PyJWK(next(k for k in keys if k["kid"] == kid))
+
+    verifier = create_signature_verifier(key_provider, ["ES256"])
+
+    async def scenario():
+        async with httpx.AsyncClient(timeout=30) as http:
+            for version in ("1.0", "0.3"):
+                card = await A2ACardResolver(http, agent_url(live, "echo")).get_agent_card(
+                    http_kwargs={"headers": {VERSION_HEADER: version}}, signature_verifier=verifier
+                )
+                assert card.signatures
+
+    run(scenario)
+    assert {jku for _, jku in named} == {f"{agent_url(live, 'echo')}.well-known/agent-card-jwks.json"}
+
+
 def test_a_blocking_send_to_echo_completes_with_its_artifact_and_get_task_returns_the_same_task(
     live,
     binding,

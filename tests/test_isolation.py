@@ -340,6 +340,37 @@ def test_the_public_card_is_the_same_for_everyone(client, world):
     assert len(set(cards.values())) == 1
 
 
+def test_the_card_key_set_is_the_same_for_everyone_at_every_agent_and_the_site_root(client, world):
+    """The card keys are the server's (protocols.card_signing): no caller and no tenant gets
+    another set, and a card of tenant B verifies with the keys tenant A's callers see."""
+    paths = [f"{agent}.well-known/agent-card-jwks.json" for agent in ("/agents/ta/echo/", "/agents/tb/echo/")]
+    answers = {
+        (caller.name, path): client.get(path, headers=caller.headers).content
+        for caller in world
+        for path in [*paths, "/.well-known/agent-card-jwks.json", f"{caller.agent}.well-known/agent-card-jwks.json"]
+    }
+    assert len(set(answers.values())) == 1
+    from jwt.utils import base64url_decode
+
+    kids = {k["kid"] for k in orjson.loads(next(iter(answers.values())))["keys"]}
+    for agent in ("/agents/ta/echo/", "/agents/tb/echo/", "/agents/ta/open/"):
+        card = client.get(f"{agent}.well-known/agent-card.json").json()
+        assert {orjson.loads(base64url_decode(s["protected"]))["kid"] for s in card["signatures"]} <= kids
+
+
+def test_an_inactive_agent_s_key_set_is_not_found_as_one_that_never_was(client, world):
+    from accounts.models import Agent
+
+    Agent.objects.filter(tenant__slug="tb", slug="other").update(is_active=False)
+    answers = []
+    for path in ("/agents/tb/other/", "/agents/tb/never/"):
+        with CaptureQueriesContext(connection) as queries:
+            response = client.get(f"{path}.well-known/agent-card-jwks.json", headers=world[0].headers)
+        body = response.content.replace(path.encode(), b"<agent>")
+        answers.append((response.status_code, body, len(queries)))
+    assert answers[0] == answers[1] and answers[0][0] == 404
+
+
 # --- the same matrix over HTTP+JSON ---------------------------------------------------------
 #
 # The routes call the same methods, so a refusal is the same; this checks that the route

@@ -32,7 +32,7 @@ from tasks_app.errors import (
 )
 from tasks_app.lifecycle import SETTLED, TERMINAL, Dialect, EventKind
 
-from ... import exchange, jsonrpc
+from ... import card_signing, exchange, jsonrpc
 from ...exchange import Call, EventStream
 from .. import params as fields
 from ..base import Handler
@@ -263,7 +263,8 @@ async def get_authenticated_extended_card(call: Call, params: dict[str, Any]) ->
         raise ExtendedAgentCardNotConfigured("this agent declares an extended card but none is configured yet")
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the authenticated extended card is only shown to callers with an API key")
-    return card.extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    extended = card.extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    return await dbcalls.run(card_signing.signed_for, extended, agent, base_url=call.base_url, url=call.agent_url)
 
 
 METHODS: dict[str, Handler] = {

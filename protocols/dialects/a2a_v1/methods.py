@@ -17,7 +17,7 @@ from tasks_app.domain import MessageView, TaskView
 from tasks_app.errors import ExtendedAgentCardNotConfigured, UnsupportedOperation
 from tasks_app.lifecycle import Dialect
 
-from ... import exchange
+from ... import card_signing, exchange
 from ...cards import extended_agent_card
 from ...exchange import Call, EventStream
 from .. import params as fields
@@ -196,7 +196,8 @@ async def get_extended_agent_card(call: Call, params: dict[str, Any]) -> Any:
         raise ExtendedAgentCardNotConfigured("this agent declares an extended card but none is configured yet")
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the extended agent card is only shown to callers with an API key")
-    return extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    card = extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    return await dbcalls.run(card_signing.signed_for, card, agent, base_url=call.base_url, url=call.agent_url)
 
 
 METHODS: dict[str, Handler] = {
