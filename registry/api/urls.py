@@ -15,6 +15,7 @@ urlpatterns = [
     path("registry/agents/<int:pk>/verify/", views.VerifyView.as_view(), name="agent-verify"),
     path("registry/agents/<int:pk>/transition/", views.TransitionView.as_view(), name="agent-transition"),
     path("registry/agents/<int:pk>/flag/", views.FlagView.as_view(), name="agent-flag"),
+    path("registry/agents/<int:pk>/attestation/", views.AttestationView.as_view(), name="agent-attestation"),
     path("registry/token/", views.TokenView.as_view(), name="token"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # Anything else under /api/: a 404 in JSON, as every other answer of the API.
