@@ -17,61 +17,13 @@ from django.utils import timezone
 from registry import conformance, services
 from registry.models import ConformanceResult, Entry, Outcome, State
 from tests.card_server import CardServer, Page
+from tests.conformance_agent import CARD_PATH, HOST, SAFE_METHODS, approved_entry, error, running_agent
 from tests.registry_factories import card_document, make_entry
-
-HOST = "agent.conformance.test"
-CARD_PATH = "/.well-known/agent-card.json"
-# The only methods a run may send: reads of a made-up task or of the extended card.
-SAFE_METHODS = {
-    "GetTask",
-    "SubscribeToTask",
-    "GetTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
-    "tasks/get",
-    "tasks/resubscribe",
-    "tasks/pushNotificationConfig/get",
-    "tasks/pushNotification/get",
-    "agent/getAuthenticatedExtendedCard",
-}
-
-
-def error(request_id: Any, code: int, message: str = "no") -> Page:
-    return Page(
-        200,
-        {"Content-Type": "application/json"},
-        orjson.dumps({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}),
-    )
-
-
-def conforming_jsonrpc(body: bytes) -> Page:
-    """An A2A 1.0 JSON-RPC agent with no streaming, no push and no extended card, as the spec says."""
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return error(None, -32700, "Parse error")
-    codes = {
-        "GetTask": -32001,
-        "SubscribeToTask": -32004,
-        "GetTaskPushNotificationConfig": -32003,
-        "GetExtendedAgentCard": -32004,
-    }
-    return error(request.get("id"), codes.get(request.get("method"), -32601))
 
 
 @pytest.fixture
 def agent(dns):
-    dns[HOST] = ["127.0.0.1"]
-    running = CardServer().start()
-    running.posts["/rpc"] = conforming_jsonrpc
-    yield running
-    running.stop()
-
-
-def approved_entry(agent: CardServer, **spec: Any) -> Entry:
-    """An approved entry whose card `agent` serves, exactly as approved."""
-    spec = {"name": "Conformance agent", "url": agent.url("/rpc", host=HOST), **spec}
-    agent.serve(CARD_PATH, card_document(**spec))
-    return make_entry(card_url=agent.url(CARD_PATH, host=HOST), **spec)
+    yield from running_agent(dns)
 
 
 def sent(agent: CardServer) -> list[dict[str, Any]]:
