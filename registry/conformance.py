@@ -278,7 +278,8 @@ def _card_check(*, card_url: str, card_hash: str, dialect: str, budget: _Budget)
     if timeout is None:
         return result(Outcome.SKIPPED, "not run: the run's time budget was spent")
     try:
-        fetched = cards.fetch_card(card_url)
+        # Within the run's budget, as every other request of the run.
+        fetched = cards.fetch_card(card_url, timeout=timeout)
     except cards.FetchFailed as exc:
         return result(Outcome.FAILED, f"the card could not be read: {exc}")
     served = cards.card_hash(fetched.document)
