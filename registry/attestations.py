@@ -21,7 +21,6 @@ from typing import Any
 
 import jwt
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from push import signing
@@ -188,9 +187,3 @@ def verify(token: str, keys: dict[str, Any]) -> dict[str, Any]:
     public = jwt.PyJWK(found, algorithm=ALGORITHM)
     return jwt.decode(token, public, algorithms=[ALGORITHM], options={"require": ["iss", "sub", "iat", "exp", "jti"]})
 
-
-def attestation_revoke_for_entry(*, entry_id: int, reason: str) -> int:
-    """Withdraw an entry's statements by hand (the admin's action)."""
-    with transaction.atomic():
-        entry = Entry.objects.select_for_update().get(pk=entry_id)
-        return revoke(entry=entry, reason=reason)
