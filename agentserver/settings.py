@@ -514,8 +514,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "agentserver API",
     "DESCRIPTION": "The tenant API (/api/v1/: a tenant's members, API keys, OpenID Connect issuer, agents, "
     "tasks, push configs and delivery log; docs/api.md) and the registry API (/api/registry/: a curated "
-    "directory of A2A and ACPs agents: search, entries, card versions, health, submission, domain proofs "
-    "and flags).",
+    "directory of A2A and ACPs agents: search, entries, card versions, health, submission, domain proofs, "
+    "flags, and the directory's conformance checks and signed attestations).",
     # The docs page (/api/docs/) loads Swagger UI from this server (drf-spectacular-sidecar),
     # and asks no validator elsewhere to check the document: no request leaves the machine.
     "SWAGGER_UI_DIST": "SIDECAR",

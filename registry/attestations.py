@@ -186,4 +186,3 @@ def verify(token: str, keys: dict[str, Any]) -> dict[str, Any]:
         raise jwt.InvalidKeyError(f"no key {header.get('kid')!r} in the key set")
     public = jwt.PyJWK(found, algorithm=ALGORITHM)
     return jwt.decode(token, public, algorithms=[ALGORITHM], options={"require": ["iss", "sub", "iat", "exp", "jti"]})
-
