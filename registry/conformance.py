@@ -164,17 +164,21 @@ def _jsonrpc_verdict(answer: _Answer | str, *, expected: tuple[int, ...], reques
     want = " or ".join(str(c) for c in expected)
     if answer.status >= 500:
         return Outcome.FAILED, f"answered {answer.status}, a server error, where a JSON-RPC error {want} was due"
-    if answer.content_type == "text/event-stream":
-        return Outcome.FAILED, f"answered with an event stream where a JSON-RPC error {want} was due"
+    streamed = answer.content_type == "text/event-stream"
+    body = _first_event(answer.body) if streamed else answer.body
+    if streamed and body is None:
+        return Outcome.FAILED, f"answered with an event stream holding no event where a JSON-RPC error {want} was due"
     try:
-        reply = orjson.loads(answer.body)
+        reply = orjson.loads(body or b"")
     except orjson.JSONDecodeError:
         cut = " (cut at the size limit)" if answer.truncated else ""
-        return Outcome.FAILED, f"answered {answer.status} with a body that is not JSON{cut}"
+        where = "an event stream whose first event is" if streamed else f"{answer.status} with a body that is"
+        return Outcome.FAILED, f"answered {where} not JSON{cut}"
     if not isinstance(reply, dict) or reply.get("jsonrpc") != "2.0":
         return Outcome.FAILED, f"answered {answer.status} with JSON that is not a JSON-RPC 2.0 response"
     if "result" in reply and "error" not in reply:
-        return Outcome.FAILED, f"answered a result where a JSON-RPC error {want} was due"
+        kind = "a stream of results" if streamed else "a result"
+        return Outcome.FAILED, f"answered {kind} where a JSON-RPC error {want} was due"
     error = reply.get("error")
     code = error.get("code") if isinstance(error, dict) else None
     if not isinstance(code, int) or isinstance(code, bool):
@@ -185,7 +189,21 @@ def _jsonrpc_verdict(answer: _Answer | str, *, expected: tuple[int, ...], reques
         return Outcome.FAILED, f"answered {said}, not {want}"
     if request_id is not None and reply.get("id") != request_id:
         return Outcome.FAILED, f"answered {said}, but with another id than the request's"
-    return Outcome.PASSED, f"answered {said}"
+    return Outcome.PASSED, f"answered {said}" + (" in an event stream" if streamed else "")
+
+
+def _first_event(body: bytes) -> bytes | None:
+    """The data of the first event of a server-sent event stream (its `data:` lines joined):
+    a streaming method may answer its error as the stream's one event."""
+    lines: list[bytes] = []
+    for line in body.replace(b"\r\n", b"\n").split(b"\n"):
+        if not line.strip():
+            if lines:
+                break
+            continue
+        if line.startswith(b"data:"):
+            lines.append(line[5:].lstrip(b" "))
+    return b"\n".join(lines) if lines else None
 
 
 def _jsonrpc_checks(

@@ -17,7 +17,15 @@ from django.utils import timezone
 from registry import conformance, services
 from registry.models import ConformanceResult, Entry, Outcome, State
 from tests.card_server import CardServer, Page
-from tests.conformance_agent import CARD_PATH, HOST, SAFE_METHODS, approved_entry, error, running_agent
+from tests.conformance_agent import (
+    CARD_PATH,
+    HOST,
+    SAFE_METHODS,
+    approved_entry,
+    conforming_jsonrpc,
+    error,
+    running_agent,
+)
 from tests.registry_factories import card_document, make_entry
 
 
@@ -103,7 +111,8 @@ def test_wrong_answers_fail_and_say_what_came_back(agent):
                 orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"id": "x"}}),
             )
         if request["method"] == "SubscribeToTask":
-            return Page(200, {"Content-Type": "text/event-stream"}, b"data: {}\n\n")
+            event = orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {"task": {"id": "x"}}})
+            return Page(200, {"Content-Type": "text/event-stream"}, b"data: " + event + b"\n\n")
         if request["method"] == "GetTaskPushNotificationConfig":
             return error(request["id"], -32001)
         return error("another id", -32004)
@@ -117,10 +126,28 @@ def test_wrong_answers_fail_and_say_what_came_back(agent):
     assert got["malformed"][0] == Outcome.FAILED and "answered 500, a server error" in got["malformed"][1]
     assert got["denied_streaming"] == (
         Outcome.FAILED,
-        "answered with an event stream where a JSON-RPC error -32004 was due",
+        "answered a stream of results where a JSON-RPC error -32004 was due",
     )
     assert got["denied_push"] == (Outcome.FAILED, "answered error -32001 (no), not -32003 or -32004")
     assert got["denied_extended_card"][0] == Outcome.FAILED and "another id" in got["denied_extended_card"][1]
+
+
+@pytest.mark.django_db
+def test_a_streaming_method_may_answer_its_error_as_the_stream_s_one_event(agent):
+    def streamed(body: bytes) -> Page:
+        request = orjson.loads(body) if body.startswith(b'{"jsonrpc":"2.0"') else {}
+        if request.get("method") == "SubscribeToTask":
+            event = orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32004, "message": "no"}})
+            return Page(
+                200, {"Content-Type": "text/event-stream"}, b": hello\n\nevent: error\ndata: " + event + b"\n\n"
+            )
+        return conforming_jsonrpc(body)
+
+    agent.posts["/rpc"] = streamed
+    entry = approved_entry(agent)
+    conformance.entry_conformance_run(entry_id=entry.pk)
+    result = ConformanceResult.objects.get(entry=entry, name="denied_streaming")
+    assert (result.outcome, result.detail) == (Outcome.PASSED, "answered error -32004 (no) in an event stream")
 
 
 @pytest.mark.django_db
@@ -265,3 +292,28 @@ def test_this_server_s_own_hosted_agent_passes_the_directory_s_checks(live_in_pr
     assert {("unknown_task", "JSONRPC"), ("malformed", "JSONRPC"), ("denied_push", "JSONRPC")} <= set(got)
     assert ("unknown_task", "HTTP+JSON") in got
     assert attestation is not None
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("dialect", ["0.3", "0.1"])
+def test_this_server_answers_the_older_dialects_checks_as_the_directory_expects(live_in_process, tenant, dialect):
+    """The same agent asked in A2A 0.3 and 0.1 (an entry whose approved card says so): every
+    question but the card's (this card is not the one the server serves) passes."""
+    from tests.conftest import make_agent
+
+    agent = make_agent(tenant, "older", "echo", is_public=True, streaming=False, push_notifications=False)
+    url = f"{live_in_process.url}{agent.path}"
+    entry = make_entry(name="Older", url=url, card_url=f"{live_in_process.url}/nowhere/card.json")
+    version = entry.approved_version
+    version.dialect = dialect
+    version.index = {**version.index, "dialect": dialect, "capabilities": []}
+    version.index["endpoints"] = [{"url": url, "binding": "JSONRPC", "protocol_version": dialect, "tenant": ""}]
+    version.save(update_fields=["dialect", "index"])
+    results, _ = conformance.entry_conformance_run(entry_id=entry.pk)
+    got = {r.name: (r.outcome, r.detail) for r in results if r.name != "card"}
+    expected = {"unknown_task", "malformed", "denied_streaming", "denied_push"}
+    if dialect == "0.3":
+        expected.add("denied_extended_card")
+    assert set(got) == expected and {o for o, _ in got.values()} == {Outcome.PASSED}, got
+    assert {r.dialect for r in results} == {dialect}
