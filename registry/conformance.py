@@ -118,7 +118,7 @@ def _send(
     except ValueError as exc:
         return f"refused: the URL is not usable: {exc}"
     except ssrf.Refused as exc:
-        return f"refused by the address guard: {exc}"
+        return f"not run: refused by the address guard: {exc}"
     except ssrf.Unresolved as exc:
         return f"no answer: {exc}"
     assert destination is not None
@@ -141,7 +141,9 @@ def _send(
 
 
 def _skipped_for(answer: _Answer | str) -> str | None:
-    """Why an answer says nothing either way (not run; credentials wanted), else None."""
+    """Why an answer says nothing either way, else None: not run (the budget was spent, or the
+    guard forbids the address: this server may not reach it, which says nothing of the agent),
+    or credentials wanted."""
     if isinstance(answer, str):
         return answer if answer.startswith("not run") else None
     if answer.status in (401, 403):
@@ -295,6 +297,12 @@ def _card_check(*, card_url: str, card_hash: str, dialect: str, budget: _Budget)
     timeout = budget.timeout()
     if timeout is None:
         return result(Outcome.SKIPPED, "not run: the run's time budget was spent")
+    try:
+        ssrf.check(_ascii_url(card_url), unresolvable_ok=True)
+    except ssrf.Refused as exc:
+        return result(Outcome.SKIPPED, f"not run: refused by the address guard: {exc}")
+    except ValueError:
+        pass  # fetch_card says what is wrong with it
     try:
         # Within the run's budget, as every other request of the run.
         fetched = cards.fetch_card(card_url, timeout=timeout)
