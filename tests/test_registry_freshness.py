@@ -111,3 +111,19 @@ def test_a_lapsed_pending_entry_stays_pending_and_a_curator_cannot_approve_it(ag
         services.entry_decide(entry=entry, to=State.APPROVED, actor=curator, role="curator")
     assert refused.value.code == "conflict"
     assert CARD_PATH and HOST  # the card stays served: only the proof is gone
+
+
+def test_the_beat_hands_out_the_conformance_runs_and_the_proof_re_checks_that_are_due(agent):
+    from registry.models import Attestation
+    from registry.tasks import check_due_entries
+
+    entry = approved_entry(agent)
+    agent.serve(proofs.WELL_KNOWN_PATH, f"{proofs.TOKEN_PREFIX}{entry.proof_token}".encode(), Content_Type="text/plain")
+    Entry.objects.filter(pk=entry.pk).update(domain_verified_at=timezone.now() - timedelta(days=2))
+    done = check_due_entries()  # its jobs run at once here (task_always_eager)
+    assert done["conformance"] >= 1 and done["proofs"] >= 1
+    entry.refresh_from_db()
+    assert entry.conformance_at is not None and entry.proof_checked_at is not None
+    assert Attestation.objects.filter(entry=entry, revoked_at__isnull=True).count() == 1
+    again = check_due_entries()
+    assert again["conformance"] == 0 and again["proofs"] == 0  # each is leased for its interval
