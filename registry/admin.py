@@ -24,7 +24,7 @@ from django.utils.safestring import mark_safe
 
 from accounts.admin_scoping import TenantScopedAdmin, is_superuser
 
-from . import attestations, freshness, selectors, services
+from . import attestations, card_hosts, selectors, services
 from .models import ApiToken, CardVersion, Entry, Flag, State
 
 DIFF_CONTEXT_LINES = 3
@@ -202,7 +202,7 @@ class EntryAdmin(TenantScopedAdmin):
             # Who flagged an entry is the curators' to know, not the flagged tenant's.
             "show_flagger": _sees_flaggers(request),
             "page_url": f"/registry/{entry.pk}/",
-            "host_flags": freshness.host_flags(entry, current),
+            "host_flags": card_hosts.host_flags(entry, current),
             "conformance": selectors.conformance_of(entry),
             "attestation": _attestation(entry),
             **(extra_context or {}),

@@ -26,6 +26,7 @@ from django.utils import timezone
 from push import signing
 from push.models import KeyPurpose
 
+from . import card_hosts
 from .models import Attestation, ConformanceResult, Entry, HealthCheck, State
 
 TYPE = "agentserver-attestation+jwt"
@@ -59,8 +60,6 @@ def _iso(at: datetime | None) -> str | None:
 
 def claims_for(entry: Entry, *, results: list[ConformanceResult], at: datetime, jti: str) -> dict[str, Any]:
     """What the directory states about `entry` now (the caller holds its row lock)."""
-    from .freshness import host_flags  # freshness reads the card's hosts; it imports nothing of this module
-
     version = entry.approved_version
     assert version is not None
     issued = int(at.timestamp())
@@ -101,7 +100,7 @@ def claims_for(entry: Entry, *, results: list[ConformanceResult], at: datetime, 
                 for r in results
             ],
         },
-        "flags": [flag.code for flag in host_flags(entry, version)],
+        "flags": [flag.code for flag in card_hosts.host_flags(entry, version)],
     }
 
 

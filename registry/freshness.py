@@ -1,21 +1,16 @@
 """Keeping what the directory proved fresh: a remote entry's domain proof is looked for again on
-a schedule, and a card whose endpoints, or whose signature's key set (`jku`), sit on a host
-other than the proven card host is flagged.
+a schedule (the flags for a card pointing away from its proven host are registry.card_hosts).
 
 A proof found again moves `proof_checked_at` on. Not found REGISTRY_PROOF_LAPSE_AFTER_FAILURES
 times in a row, it has lapsed: an approved entry goes back to review (as one whose card changed:
 registry.services.entry_back_to_review), its attestation is withdrawn whatever its state, and it
 cannot be approved again until its owner proves the domain again (entry_verify_domain). A single
 miss (a DNS timeout, a restart of the agent's web server) lapses nothing.
-
-The flags are read from the shown card, never stored: they change exactly when the card does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -23,65 +18,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from . import attestations, proofs, services
-from .models import CardVersion, Entry, Kind, ProofMethod, State
+from .models import Entry, Kind, ProofMethod, State
 
 # Entries whose proof is re-checked: every proven remote entry but those the directory let go.
 _RECHECKED_STATES = (State.PENDING, State.APPROVED, State.DEPRECATED, State.SUSPENDED)
-
-
-# --- flags ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class HostFlag:
-    code: str  # "endpoint_host" or "jku_host"
-    host: str  # the other host
-    detail: str  # a sentence for the page
-
-
-def _host(url: Any) -> str:
-    if not isinstance(url, str) or not url:
-        return ""
-    try:
-        return proofs.domain_of(url)
-    except ValueError:
-        return ""
-
-
-def host_flags(entry: Entry, version: CardVersion | None) -> list[HostFlag]:
-    """What in `version` points away from the host whose control was proven (entry.domain):
-    an endpoint on another host (the proof says nothing of who answers there), a signature
-    whose keys were fetched from another host (whoever runs that host vouches for the card)."""
-    if version is None:
-        return []
-    flags: list[HostFlag] = []
-    seen: set[tuple[str, str]] = set()
-    index = version.index if isinstance(version.index, dict) else {}
-    endpoints = index.get("endpoints")
-    for endpoint in endpoints if isinstance(endpoints, list) else []:
-        host = _host(endpoint.get("url") if isinstance(endpoint, dict) else None)
-        if host and host != entry.domain and ("endpoint_host", host) not in seen:
-            seen.add(("endpoint_host", host))
-            flags.append(
-                HostFlag(
-                    "endpoint_host",
-                    host,
-                    f"an endpoint is on {host}, not on the proven card host {entry.domain}",
-                )
-            )
-    signatures = version.signatures if isinstance(version.signatures, list) else []
-    for check in signatures:
-        host = _host(check.get("jku") if isinstance(check, dict) else None)
-        if host and host != entry.domain and ("jku_host", host) not in seen:
-            seen.add(("jku_host", host))
-            flags.append(
-                HostFlag(
-                    "jku_host",
-                    host,
-                    f"a signature's key set (jku) is on {host}, not on the card's host {entry.domain}",
-                )
-            )
-    return flags
 
 
 # --- proofs re-verified --------------------------------------------------------------------

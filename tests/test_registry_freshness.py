@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from registry import freshness, proofs
+from registry import card_hosts, freshness, proofs
 from registry.models import Entry, State
 from tests.conformance_agent import CARD_PATH, HOST, approved_entry, running_agent
 from tests.registry_factories import make_entry
@@ -34,9 +34,9 @@ def test_an_endpoint_on_another_host_is_flagged_and_one_on_the_card_s_host_is_no
         card_url="https://home.example.test/.well-known/agent-card.json",
         url="https://home.example.test/rpc",
     )
-    (flag,) = freshness.host_flags(elsewhere, elsewhere.approved_version)
+    (flag,) = card_hosts.host_flags(elsewhere, elsewhere.approved_version)
     assert (flag.code, flag.host) == ("endpoint_host", "runs.other.test")
-    assert freshness.host_flags(home, home.approved_version) == []
+    assert card_hosts.host_flags(home, home.approved_version) == []
     page = client.get(f"/registry/{elsewhere.pk}/").content.decode()
     assert "Endpoint elsewhere" in page and "runs.other.test" in page
     assert "Endpoint elsewhere" not in client.get(f"/registry/{home.pk}/").content.decode()
@@ -54,12 +54,12 @@ def test_a_signature_whose_key_set_is_on_another_host_is_flagged(client):
     version = entry.approved_version
     version.signatures = [{"kid": "k1", "alg": "ES256", "jku": "https://keys.third.test/jwks.json", "valid": True}]
     version.save(update_fields=["signatures"])
-    (flag,) = freshness.host_flags(entry, version)
+    (flag,) = card_hosts.host_flags(entry, version)
     assert (flag.code, flag.host) == ("jku_host", "keys.third.test")
     assert "Key set elsewhere" in client.get(f"/registry/{entry.pk}/").content.decode()
     # The same host for the key set is no flag.
     version.signatures = [{"kid": "k1", "alg": "ES256", "jku": "https://home.example.test/jwks.json", "valid": True}]
-    assert freshness.host_flags(entry, version) == []
+    assert card_hosts.host_flags(entry, version) == []
 
 
 def test_the_flags_show_in_the_admin(client):

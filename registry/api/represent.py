@@ -14,7 +14,7 @@ from typing import Any
 from django.urls import reverse
 from rest_framework.request import Request
 
-from .. import attestations, drafts, freshness, proofs, selectors, services
+from .. import attestations, card_hosts, drafts, proofs, selectors, services
 from ..models import Attestation, CardVersion, ConformanceResult, Entry, HealthCheck, Kind, ProofMethod
 
 # Columns a list never needs: the search vector, and the card versions' heavy members.
@@ -211,7 +211,7 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
                 "proof_checked_at": entry.proof_checked_at,
                 "proof_lapsed_at": entry.proof_lapsed_at,
                 "flags": [
-                    {"code": f.code, "host": f.host, "detail": f.detail} for f in freshness.host_flags(entry, shown)
+                    {"code": f.code, "host": f.host, "detail": f.detail} for f in card_hosts.host_flags(entry, shown)
                 ],
             },
             "conformance": {
