@@ -278,6 +278,13 @@ def test_the_page_and_the_api_show_the_results_with_their_date(agent, client):
 # --- against this server itself -------------------------------------------------------------------
 
 
+def keep_from_the_servers_beat(entry: Entry) -> None:
+    """The in-process server runs the beat on the shared test database: its own run of this
+    entry's checks would make the test's a duplicate (skipped)."""
+    later = timezone.now() + timezone.timedelta(days=1)
+    Entry.objects.filter(pk=entry.pk).update(next_conformance_at=later, next_check_at=later, next_proof_check_at=later)
+
+
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True)
 def test_this_server_s_own_hosted_agent_passes_the_directory_s_checks(live_in_process, settings, tenant):
@@ -288,6 +295,7 @@ def test_this_server_s_own_hosted_agent_passes_the_directory_s_checks(live_in_pr
     entry = services.hosted_entry_sync(agent_id=agent.pk)
     curator = get_user_model().objects.create_user("curator")
     services.entry_decide(entry=entry, to=State.APPROVED, actor=curator, role="curator")
+    keep_from_the_servers_beat(entry)
     results, attestation = conformance.entry_conformance_run(entry_id=entry.pk)
     got = {(r.name, r.binding): (r.outcome, r.detail) for r in results}
     failed = {k: v for k, v in got.items() if v[0] != Outcome.PASSED and k[1] != "GRPC"}
@@ -313,6 +321,7 @@ def test_this_server_answers_the_older_dialects_checks_as_the_directory_expects(
     version.index = {**version.index, "dialect": dialect, "capabilities": []}
     version.index["endpoints"] = [{"url": url, "binding": "JSONRPC", "protocol_version": dialect, "tenant": ""}]
     version.save(update_fields=["dialect", "index"])
+    keep_from_the_servers_beat(entry)
     results, _ = conformance.entry_conformance_run(entry_id=entry.pk)
     got = {r.name: (r.outcome, r.detail) for r in results if r.name != "card"}
     expected = {"unknown_task", "malformed", "denied_streaming", "denied_push"}
