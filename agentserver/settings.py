@@ -439,6 +439,23 @@ REGISTRY_CARD_FETCH_TIMEOUT = env.float("REGISTRY_CARD_FETCH_TIMEOUT", default=1
 REGISTRY_JWKS_MAX_BYTES = env.int("REGISTRY_JWKS_MAX_BYTES", default=64 * 1024)
 # Checks are kept this many days (uptime is shown over 1, 7 and 30 days).
 REGISTRY_CHECKS_KEPT_DAYS = env.int("REGISTRY_CHECKS_KEPT_DAYS", default=30)
+# The directory's own conformance checks (registry.conformance, docs/registry.md) run on each
+# approved entry every REGISTRY_CONFORMANCE_INTERVAL seconds: each request may take
+# REGISTRY_CONFORMANCE_TIMEOUT seconds (per connect and per read), an entry's run
+# REGISTRY_CONFORMANCE_BUDGET in all. Each run signs a fresh attestation valid for
+# REGISTRY_ATTESTATION_LIFETIME seconds: longer than the interval, so an approved entry always
+# has one, and short enough that a withdrawn one a verifier never re-checks dies anyway.
+REGISTRY_CONFORMANCE_INTERVAL = env.float("REGISTRY_CONFORMANCE_INTERVAL", default=6 * 3600.0)
+REGISTRY_CONFORMANCE_TIMEOUT = env.float("REGISTRY_CONFORMANCE_TIMEOUT", default=5.0)
+REGISTRY_CONFORMANCE_BUDGET = env.float("REGISTRY_CONFORMANCE_BUDGET", default=30.0)
+REGISTRY_ATTESTATION_LIFETIME = env.float("REGISTRY_ATTESTATION_LIFETIME", default=24 * 3600.0)
+if not 0 < REGISTRY_CONFORMANCE_INTERVAL < REGISTRY_ATTESTATION_LIFETIME:
+    raise ImproperlyConfigured("REGISTRY_CONFORMANCE_INTERVAL must be positive and below REGISTRY_ATTESTATION_LIFETIME")
+# A remote entry's domain proof is looked for again every REGISTRY_PROOF_RECHECK_INTERVAL
+# seconds (registry.freshness); after REGISTRY_PROOF_LAPSE_AFTER_FAILURES misses in a row it
+# has lapsed: the entry goes back to review and its attestation is withdrawn.
+REGISTRY_PROOF_RECHECK_INTERVAL = env.float("REGISTRY_PROOF_RECHECK_INTERVAL", default=24 * 3600.0)
+REGISTRY_PROOF_LAPSE_AFTER_FAILURES = env.int("REGISTRY_PROOF_LAPSE_AFTER_FAILURES", default=2)
 CELERY_BEAT_SCHEDULE["registry-check-entries"] = {
     "task": "registry.tasks.check_due_entries",
     "schedule": env.float("REGISTRY_CHECK_EVERY", default=60.0),
@@ -509,8 +526,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "agentserver API",
     "DESCRIPTION": "The tenant API (/api/v1/: a tenant's members, API keys, OpenID Connect issuer, agents, "
     "tasks, push configs and delivery log; docs/api.md) and the registry API (/api/registry/: a curated "
-    "directory of A2A and ACPs agents: search, entries, card versions, health, submission, domain proofs "
-    "and flags).",
+    "directory of A2A and ACPs agents: search, entries, card versions, health, submission, domain proofs, "
+    "flags, and the directory's conformance checks and signed attestations).",
     # The docs page (/api/docs/) loads Swagger UI from this server (drf-spectacular-sidecar),
     # and asks no validator elsewhere to check the document: no request leaves the machine.
     "SWAGGER_UI_DIST": "SIDECAR",

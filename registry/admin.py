@@ -24,7 +24,7 @@ from django.utils.safestring import mark_safe
 
 from accounts.admin_scoping import TenantScopedAdmin, is_superuser
 
-from . import selectors, services
+from . import attestations, card_hosts, selectors, services
 from .models import ApiToken, CardVersion, Entry, Flag, State
 
 DIFF_CONTEXT_LINES = 3
@@ -202,6 +202,9 @@ class EntryAdmin(TenantScopedAdmin):
             # Who flagged an entry is the curators' to know, not the flagged tenant's.
             "show_flagger": _sees_flaggers(request),
             "page_url": f"/registry/{entry.pk}/",
+            "host_flags": card_hosts.host_flags(entry, current),
+            "conformance": selectors.conformance_of(entry),
+            "attestation": _attestation(entry),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -342,3 +345,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return is_superuser(request)
+
+
+def _attestation(entry: Entry) -> dict[str, Any] | None:
+    found = selectors.attestation_of(entry)
+    if found is None:
+        return None
+    status = attestations.status_of(found)
+    return {"attestation": found, "state": status.state, "reason": status.reason}

@@ -88,6 +88,13 @@ class Entry(models.Model):
     proof_token = models.CharField(max_length=100, blank=True)
     domain_verified_at = models.DateTimeField(null=True, blank=True)
     domain_verified_by = models.CharField(max_length=8, choices=ProofMethod.choices, blank=True)
+    # The proof is looked for again every REGISTRY_PROOF_RECHECK_INTERVAL (registry.freshness):
+    # when it was last found, how many re-checks in a row did not find it, and when it lapsed
+    # (REGISTRY_PROOF_LAPSE_AFTER_FAILURES of them: back to review until proven again).
+    proof_checked_at = models.DateTimeField(null=True, blank=True)
+    proof_failures = models.PositiveIntegerField(default=0)
+    proof_lapsed_at = models.DateTimeField(null=True, blank=True)
+    next_proof_check_at = models.DateTimeField(null=True, blank=True)
     # The shown version's index, for search and lists.
     name = models.CharField(max_length=300, blank=True)
     description = models.TextField(blank=True)
@@ -107,6 +114,9 @@ class Entry(models.Model):
     consecutive_failures = models.PositiveIntegerField(default=0)
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
     next_check_at = models.DateTimeField(null=True, blank=True)
+    # The directory's own conformance checks of an approved entry (registry.conformance).
+    conformance_at = models.DateTimeField(null=True, blank=True)
+    next_conformance_at = models.DateTimeField(null=True, blank=True)
     # Search lists newest first by (listed_at DESC NULLS LAST, id DESC): migration 0008 indexes
     # exactly that on Postgres (SQLite cannot declare NULLS LAST in an index).
     listed_at = models.DateTimeField(null=True, blank=True, help_text="When it was first approved.")
@@ -149,6 +159,8 @@ class Entry(models.Model):
         indexes = [
             models.Index(fields=["state", "state_changed_at"], name="registry_entry_queue"),
             models.Index(fields=["next_check_at"], name="registry_entry_due"),
+            models.Index(fields=["next_conformance_at"], name="registry_entry_conformance_due"),
+            models.Index(fields=["next_proof_check_at"], name="registry_entry_proof_due"),
         ]
 
     def __str__(self) -> str:
@@ -249,6 +261,62 @@ class HealthCheck(models.Model):
 
     def __str__(self) -> str:
         return f"{self.entry_id} {'ok' if self.ok else 'failed'} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class Outcome(models.TextChoices):
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+    # Not run: the binding is not one the directory checks, the card allows what the check
+    # would ask for, the endpoint wants credentials, or the run's time budget was spent.
+    SKIPPED = "skipped", "Not run"
+
+
+class ConformanceResult(models.Model):
+    """One conformance check of the latest run (registry.conformance): which check, on which
+    interface (dialect and binding), against which card, with what outcome. A run replaces
+    the entry's previous results."""
+
+    entry = models.ForeignKey(Entry, on_delete=models.CASCADE, related_name="conformance_results")
+    at = models.DateTimeField()
+    card_hash = models.CharField(max_length=HASH_LENGTH)
+    name = models.CharField(max_length=40, help_text="Which check (registry.conformance.CHECKS).")
+    dialect = models.CharField(max_length=4, choices=Dialect.choices, blank=True)
+    binding = models.CharField(max_length=16, blank=True)
+    url = models.CharField(max_length=URL_LENGTH, blank=True)
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["entry", "id"]
+        indexes = [models.Index(fields=["entry", "at"], name="registry_conformance_entry")]
+        constraints = [
+            models.CheckConstraint(condition=Q(outcome__in=Outcome.values), name="registry_conformance_outcome_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entry_id} {self.name} {self.dialect}/{self.binding}: {self.outcome}"
+
+
+class Attestation(models.Model):
+    """A statement the directory signed about an entry (registry.attestations): the JWS as
+    issued, what it is about, its validity and, once withdrawn, when and why. Kept after
+    revocation so that its status URL can say so."""
+
+    entry = models.ForeignKey(Entry, on_delete=models.CASCADE, related_name="attestations")
+    jti = models.CharField(max_length=64, unique=True)
+    token = models.TextField(help_text="The compact JWS.")
+    card_hash = models.CharField(max_length=HASH_LENGTH)
+    issued_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["entry", "-issued_at", "-id"]
+        indexes = [models.Index(fields=["entry", "-issued_at"], name="registry_attestation_entry")]
+
+    def __str__(self) -> str:
+        return f"attestation {self.jti[:12]} of {self.entry_id}"
 
 
 class FacetKind(models.TextChoices):

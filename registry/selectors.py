@@ -18,7 +18,19 @@ from django.utils.dateparse import parse_datetime
 
 from accounts.models import Membership
 
-from .models import CardVersion, Decision, Entry, Facet, FacetKind, Flag, Health, HealthCheck, State
+from .models import (
+    Attestation,
+    CardVersion,
+    ConformanceResult,
+    Decision,
+    Entry,
+    Facet,
+    FacetKind,
+    Flag,
+    Health,
+    HealthCheck,
+    State,
+)
 
 Order = Literal["relevance", "recent"]
 MAX_QUERY_LENGTH = 200
@@ -314,3 +326,19 @@ def facet_counts(qs: QuerySet[Entry], kind: str, *, limit: int = 30) -> list[tup
         .order_by("-n", "value")[:limit]
     )
     return [(r["value"], r["n"]) for r in rows]
+
+
+def conformance_of(entry: Entry) -> list[ConformanceResult]:
+    """The results of the entry's latest conformance run, in the order they were asked."""
+    return list(ConformanceResult.objects.filter(entry=entry).order_by("id"))
+
+
+def attestation_of(entry: Entry) -> Attestation | None:
+    """The entry's newest attestation, standing or withdrawn."""
+    return Attestation.objects.filter(entry=entry).order_by("-issued_at", "-id").first()
+
+
+def attestation_by_jti(jti: str) -> Attestation | None:
+    if not isinstance(jti, str) or not 1 <= len(jti) <= 64:
+        return None
+    return Attestation.objects.filter(jti=jti).first()

@@ -25,7 +25,7 @@ from accounts import storable
 from accounts.models import Agent, Tenant
 from protocols import dialects
 
-from . import cards, listing_cache, probe, proofs
+from . import attestations, cards, listing_cache, probe, proofs
 from .models import (
     CardVersion,
     Decision,
@@ -250,6 +250,14 @@ def _decide(entry: Entry, *, to: str, actor: Any, reason: str, version: CardVers
     is or becomes listed changes the directory's counts: every process drops them on commit."""
     if to == State.APPROVED or entry.approved_version_id is not None:
         listing_cache.listing_changed()
+    if entry.state == State.APPROVED and to != State.APPROVED:
+        # What the directory attested held while the entry was approved; now a curator (or a
+        # changed card, or a lapsed proof) says otherwise.
+        attestations.revoke(entry=entry, reason=f"the entry is {to} now: {reason}", at=at)
+    if to == State.APPROVED:
+        # Checked and attested by the next beat, not a conformance interval later.
+        entry.next_conformance_at = at
+        entry.save(update_fields=["next_conformance_at", "updated_at"])
     Decision.objects.create(
         entry=entry,
         from_state=entry.state,
@@ -372,7 +380,21 @@ def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.Proo
             locked.domain_verified_at = now
             locked.domain_verified_by = method
             locked.next_check_at = locked.next_check_at or now
-            locked.save(update_fields=["domain_verified_at", "domain_verified_by", "next_check_at", "updated_at"])
+            # Proven again: a lapse is over, and the next re-check is a full interval away.
+            locked.proof_checked_at, locked.proof_failures, locked.proof_lapsed_at = now, 0, None
+            locked.next_proof_check_at = now + timedelta(seconds=settings.REGISTRY_PROOF_RECHECK_INTERVAL)
+            locked.save(
+                update_fields=[
+                    "domain_verified_at",
+                    "domain_verified_by",
+                    "next_check_at",
+                    "proof_checked_at",
+                    "proof_failures",
+                    "proof_lapsed_at",
+                    "next_proof_check_at",
+                    "updated_at",
+                ]
+            )
             if locked.state == State.DRAFT:
                 _decide(
                     locked,
@@ -434,6 +456,11 @@ def entry_decide(*, entry: Entry, to: str, actor: Any, role: Role, reason: str =
         if to == State.APPROVED:
             if locked.domain_verified_at is None:
                 raise RegistryError("the card's domain is not proven yet: it cannot be approved")
+            if locked.proof_lapsed_at is not None:
+                raise RegistryError(
+                    "the domain proof lapsed (the token was not found again): prove the domain again first",
+                    code="conflict",
+                )
             if current is None:
                 raise RegistryError("the entry has no card")
             if version_hash and version_hash != current.hash:
@@ -541,6 +568,7 @@ def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | 
     current = entry.current_version
     if current is not None and current.hash == card.hash:
         return None
+    attestations.revoke_changed_card(entry=entry, card_hash=card.hash, at=at)
     earlier = entry.versions.filter(hash=card.hash).order_by("-number").first()
     if earlier is not None:
         entry.current_version = earlier
@@ -549,6 +577,7 @@ def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | 
         reverted = (
             earlier.pk == entry.approved_version_id
             and entry.state == State.PENDING
+            and entry.proof_lapsed_at is None
             and last is not None
             and last.actor_id is None
             and last.from_state == State.APPROVED
@@ -567,18 +596,27 @@ def _apply_card(entry: Entry, card: ReadCard, *, at: datetime) -> CardVersion | 
         return None
     version = _add_version(entry, card, at=at)
     if entry.state == State.APPROVED:
-        _decide(
-            entry,
-            to=State.PENDING,
-            actor=None,
-            reason=f"the card changed (version {version.number}); version "
-            f"{entry.approved_version.number if entry.approved_version else '?'} stays listed until a curator decides",
-            version=version,
-            at=at,
-        )
+        entry_back_to_review(entry=entry, why=f"the card changed (version {version.number})", version=version, at=at)
     if entry.approved_version_id is None:
         _reindex(entry)
     return version
+
+
+def entry_back_to_review(*, entry: Entry, why: str, version: CardVersion | None, at: datetime) -> None:
+    """The server sends an approved entry back to review (its card changed, its domain proof
+    lapsed): its approved version stays listed, its attestation is withdrawn. Inside the
+    caller's transaction, row locked; an entry in another state is left as it is."""
+    if entry.state != State.APPROVED:
+        return
+    approved = entry.approved_version.number if entry.approved_version else "?"
+    _decide(
+        entry,
+        to=State.PENDING,
+        actor=None,
+        reason=f"{why}; version {approved} stays listed until a curator decides",
+        version=version,
+        at=at,
+    )
 
 
 # --- liveness ---------------------------------------------------------------------------

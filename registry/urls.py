@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import views
+from . import attestation_views, views
 
 app_name = "registry"
 
@@ -10,4 +10,7 @@ urlpatterns = [
     path("", views.directory, name="directory"),
     path("<int:pk>/", views.entry_detail, name="entry"),
     path("submit/", views.submit, name="submit"),
+    path("jwks.json", attestation_views.jwks, name="jwks"),
+    path("<int:pk>/attestation.jwt", attestation_views.entry_attestation, name="attestation"),
+    path("attestations/<str:jti>/", attestation_views.attestation_status, name="attestation-status"),
 ]

@@ -27,7 +27,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
-from . import cards, listing_cache, proofs, selectors
+from . import attestations, card_hosts, cards, listing_cache, proofs, selectors
 from .models import LISTED_STATES, Entry, Facet, FacetKind, Health, ProofMethod, State
 from .search_params import FACET_PARAMS, BadSearch, query_from_search, search_from_query
 
@@ -288,9 +288,27 @@ def entry_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "latency_median": selectors.latency_median(entry),
         "health_class": _health_class(entry.health),
         "card_url": link(entry.card_url),
+        "flags": card_hosts.host_flags(entry, version),
+        "conformance": selectors.conformance_of(entry),
+        "attestation": _attestation(entry),
         "nav": "directory",
     }
     return render(request, "registry/entry.html", context)
+
+
+def _attestation(entry: Entry) -> dict[str, Any] | None:
+    found = selectors.attestation_of(entry)
+    if found is None:
+        return None
+    status = attestations.status_of(found)
+    return {
+        "attestation": found,
+        "state": status.state,
+        "reason": status.reason,
+        "url": reverse("registry:attestation", args=[entry.pk]),
+        "status_url": reverse("registry:attestation-status", args=[found.jti]),
+        "jwks_url": reverse("registry:jwks"),
+    }
 
 
 def _public_state(entry: Entry) -> str:

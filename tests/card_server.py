@@ -1,7 +1,8 @@
 """A remote agent's web server for the registry's tests, on 127.0.0.1 and an ephemeral port.
 
 It serves `routes` (path -> Page: status, headers, body), which a test may change between
-requests; any other path is a 404. It records every request. JSON bodies may be given as
+requests, and answers a POST by `posts` (path -> a function of the body giving the Page); any
+other path is a 404. It records every request. JSON bodies may be given as
 dicts, and `jwks()` publishes a key set at /.well-known/jwks.json. Point a FakeDns name at
 127.0.0.1 and ask for `url(path, host=that name)`: the SSRF guard then lets it through."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -32,6 +34,9 @@ class CardServer:
     def __init__(self) -> None:
         self.routes: dict[str, Page] = {}
         self.requests: list[Seen] = []
+        # POST answers: path -> a function of the request body giving the Page.
+        self.posts: dict[str, Callable[[bytes], Page]] = {}
+        self.bodies: list[bytes] = []
         self._lock = threading.Lock()
         server = self
 
@@ -51,6 +56,24 @@ class CardServer:
                     self.wfile.write(page.body)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client stopped reading (a capped body): as a real server sees it
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                with server._lock:
+                    server.requests.append(Seen("POST", self.path, {k.lower(): v for k, v in self.headers.items()}))
+                    server.bodies.append(body)
+                    answer = server.posts.get(self.path)
+                page = answer(body) if answer else Page(404, {"Content-Type": "text/plain"}, b"not here")
+                self.send_response(page.status)
+                for name, value in page.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(page.body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(page.body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -680,3 +680,62 @@ def test_every_card_a_hostile_request_gets_is_signed_and_verifies(client, world,
         jwks = orjson.loads(client.get(f"/agents/acme/{agent}/.well-known/agent-card-jwks.json").content)
         checks = verify_signatures(card, jwks_fetcher=lambda url: jwks)
         assert checks and checks[0].valid, checks
+
+
+# --- the directory's attestation routes -------------------------------------------------------
+#
+# Entry ids and statement ids as anyone may type them (numbers out of range, signs, text, escapes,
+# separators): every answer is below 500, JSON from the routes themselves (the JWS of an entry
+# that has one), the site's 404 page for a path no route has.
+
+ATTESTATION_SEGMENTS = (
+    st.integers(min_value=-(2**70), max_value=2**70).map(str)
+    | st.text(max_size=80)
+    | st.sampled_from(["0", "00", "-1", "1e3", "%00", "%2e%2e", "..", "9" * 40, "1/", "\u202e1"])
+)
+
+
+@pytest.fixture
+def attested_entry(db):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from registry.models import Attestation
+    from tests.registry_factories import make_entry
+
+    entry = make_entry(name="Attested")
+    now = timezone.now()
+    Attestation.objects.create(
+        entry=entry,
+        jti="a" * 32,
+        token="h.c.s",
+        card_hash=entry.current_version.hash,
+        issued_at=now,
+        expires_at=now + timedelta(days=1),
+    )
+    return entry
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(segment=ATTESTATION_SEGMENTS, route=st.sampled_from(["entry", "status", "api", "jwks"]))
+def test_no_attestation_url_is_an_internal_error(client, attested_entry, segment, route):
+    from urllib.parse import quote
+
+    quoted = quote(segment, safe="")
+    path = {
+        "entry": f"/registry/{quoted}/attestation.jwt",
+        "status": f"/registry/attestations/{quoted}/",
+        "api": f"/api/registry/agents/{quoted}/attestation/",
+        "jwks": f"/registry/jwks.json?kid={quoted}",
+    }[route]
+    note(path)
+    answer = client.get(path)
+    assert answer.status_code < 500, (path, answer.content[:300])
+    if answer["Content-Type"] == "application/jwt":
+        assert answer.content == b"h.c.s" and route == "entry"
+    elif answer.status_code == 404 and answer["Content-Type"].startswith("text/html"):
+        # No route has this path at all (`-1` is no <int:pk>): the site's own 404 page.
+        assert route in ("entry", "status"), path
+    else:
+        assert isinstance(orjson.loads(answer.content), dict), path

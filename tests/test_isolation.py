@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 import orjson
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
+from registry.models import Attestation
 from tests.conftest import make_agent, user_message, user_message_v03
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
 
@@ -682,6 +685,20 @@ def registry_world(db, django_user_model):
     }
     listed = make_entry(name="Listed agent", tenant=a, submitted_by=users["submitter"])
     new_version(listed, name="Listed agent", description="Unreleased zeppelin features.")
+    # Each hidden entry has an attestation (the suspended one's withdrawn): outsiders must not
+    # learn even that from the attestation routes.
+    now = timezone.now()
+    for state, entry in hidden.items():
+        Attestation.objects.create(
+            entry=entry,
+            jti=uuid.uuid4().hex,
+            token=f"Secret.{state}.jws",
+            card_hash=entry.current_version.hash,
+            issued_at=now,
+            expires_at=now + timedelta(days=1),
+            revoked_at=now if state == "suspended" else None,
+            revoked_reason="Secret reason" if state == "suspended" else "",
+        )
     return {"callers": callers, "hidden": hidden, "listed": listed}
 
 
@@ -695,6 +712,10 @@ REGISTRY_OPERATIONS = {
     "flag": lambda pk: ("POST", f"{REGISTRY}{pk}/flag/", {"reason": "looks odd"}),
     "verify": lambda pk: ("POST", f"{REGISTRY}{pk}/verify/", {"method": "http"}),
     "transition": lambda pk: ("POST", f"{REGISTRY}{pk}/transition/", {"to": "pending"}),
+    "attestation": lambda pk: ("GET", f"{REGISTRY}{pk}/attestation/", None),
+    # The directory's own route for verifiers (no token sign-in there: outsiders and insiders alike
+    # see a hidden entry's as no entry's; its holder asks the status URL, by jti).
+    "attestation.jwt": lambda pk: ("GET", f"/registry/{pk}/attestation.jwt", None),
 }
 
 
@@ -756,6 +777,18 @@ def test_hidden_entries_are_seen_by_their_submitter_the_tenant_s_members_and_cur
             assert status == 200, (name, state)
             status, body, _ = registry_call(client, caller, *REGISTRY_OPERATIONS["verify"](entry.pk))
             assert status == (200 if name in MANAGERS else 403), (name, state, body)
+            status, body, _ = registry_call(client, caller, *REGISTRY_OPERATIONS["attestation"](entry.pk))
+            assert status == 200 and body["state"] == ("revoked" if state == "suspended" else "valid"), (name, state)
+
+
+def test_an_attestation_s_status_is_answered_to_whoever_holds_its_id_and_no_one_else(client, registry_world):
+    for state, entry in registry_world["hidden"].items():
+        attestation = Attestation.objects.get(entry=entry)
+        held = client.get(f"/registry/attestations/{attestation.jti}/")
+        assert held.status_code == (410 if state == "suspended" else 200), state
+        assert held.json()["entry"] == entry.pk and b"Secret.%s" % state.encode() not in held.content
+        guessed = client.get(f"/registry/attestations/{uuid.uuid4().hex}/")
+        assert guessed.status_code == 404 and str(entry.pk) not in guessed.content.decode()
 
 
 def test_a_listed_entry_s_newer_card_is_not_public_until_approved(client, registry_world):

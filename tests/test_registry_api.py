@@ -493,7 +493,18 @@ def test_the_detail_shows_the_card_versions_health_and_trust_and_no_history_to_t
         "signed": True,
         "signing_kid": "key-7",
         "signatures": [{"kid": "key-7", "alg": "ES256", "valid": True, "reason": "verified"}],
+        "proof_checked_at": None,
+        "proof_lapsed_at": None,
+        # The factory's endpoint (agents.example.test) is not on the card's own host.
+        "flags": [
+            {
+                "code": "endpoint_host",
+                "host": "agents.example.test",
+                "detail": f"an endpoint is on agents.example.test, not on the proven card host {entry.domain}",
+            }
+        ],
     }
+    assert body["conformance"] == {"at": None, "results": []} and body["attestation"] is None
     assert body["decisions"] is None and body["proof"] is None and body["allowed_transitions"] is None
 
 

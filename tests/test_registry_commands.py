@@ -37,3 +37,21 @@ def test_add_curator_makes_a_staff_curator_and_remove_takes_it_back():
     assert user.is_staff and selectors.is_curator(get_user_model().objects.get(pk=user.pk))
     call_command("add_curator", "carol", "--remove")
     assert not selectors.is_curator(get_user_model().objects.get(pk=user.pk))
+
+
+def test_rotate_directory_keys_publishes_a_new_key_and_keeps_the_old_one_for_an_attestation_s_lifetime(settings):
+    from datetime import timedelta
+
+    from push import signing
+    from push.models import KeyPurpose, SigningKey
+
+    old = signing.key_for_signing(purpose=KeyPurpose.DIRECTORY)
+    push_key = signing.key_for_signing()
+    call_command("rotate_directory_keys", "--publish-delay", "60")
+    new = SigningKey.objects.filter(purpose=KeyPurpose.DIRECTORY).exclude(pk=old.pk).get()
+    old.refresh_from_db()
+    assert old.unpublish_at - new.signs_from == timedelta(seconds=settings.REGISTRY_ATTESTATION_LIFETIME)
+    kids = {k["kid"] for k in signing.jwks(purpose=KeyPurpose.DIRECTORY)["keys"]}
+    assert kids == {old.kid, new.kid}
+    push_key.refresh_from_db()
+    assert push_key.signs_until is None  # push's key is not touched

@@ -42,6 +42,7 @@ def test_the_schema_documents_every_operation_of_the_api():
         ("POST", "/api/registry/agents/{id}/verify/"),
         ("POST", "/api/registry/agents/{id}/transition/"),
         ("POST", "/api/registry/agents/{id}/flag/"),
+        ("GET", "/api/registry/agents/{id}/attestation/"),
         ("POST", "/api/registry/token/"),
     }
 

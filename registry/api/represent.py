@@ -14,8 +14,8 @@ from typing import Any
 from django.urls import reverse
 from rest_framework.request import Request
 
-from .. import drafts, proofs, selectors, services
-from ..models import CardVersion, Entry, HealthCheck, Kind, ProofMethod
+from .. import attestations, card_hosts, drafts, proofs, selectors, services
+from ..models import Attestation, CardVersion, ConformanceResult, Entry, HealthCheck, Kind, ProofMethod
 
 # Columns a list never needs: the search vector, and the card versions' heavy members.
 LIST_DEFERRED = (
@@ -118,6 +118,38 @@ def _check(check: HealthCheck) -> dict[str, Any]:
     }
 
 
+def _result(result: ConformanceResult) -> dict[str, Any]:
+    return {
+        "check": result.name,
+        "dialect": result.dialect,
+        "binding": result.binding,
+        "url": result.url,
+        "outcome": result.outcome,
+        "detail": result.detail,
+        "at": result.at,
+    }
+
+
+def attestation(found: Attestation | None, request: Request, entry_id: int) -> dict[str, Any] | None:
+    """The entry's newest attestation and its standing; the JWS itself only while it stands."""
+    if found is None:
+        return None
+    status = attestations.status_of(found)
+    return {
+        "state": status.state,
+        "reason": status.reason or None,
+        "url": request.build_absolute_uri(reverse("registry:attestation", args=[entry_id])),
+        "status_url": request.build_absolute_uri(reverse("registry:attestation-status", args=[found.jti])),
+        "jwks_url": request.build_absolute_uri(reverse("registry:jwks")),
+        "jti": found.jti,
+        "card_sha256": found.card_hash,
+        "issued_at": found.issued_at,
+        "expires_at": found.expires_at,
+        "revoked_at": found.revoked_at,
+        "token": found.token if status.state == "valid" else None,
+    }
+
+
 def proof(entry: Entry) -> dict[str, Any] | None:
     """What the submitter publishes to prove the card's domain (remote entries only)."""
     if entry.kind != Kind.REMOTE or not entry.proof_token:
@@ -176,7 +208,17 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
                 "signed": entry.signed,
                 "signing_kid": (entry.signing_kid or None) if entry.signed else None,
                 "signatures": _signatures(shown),
+                "proof_checked_at": entry.proof_checked_at,
+                "proof_lapsed_at": entry.proof_lapsed_at,
+                "flags": [
+                    {"code": f.code, "host": f.host, "detail": f.detail} for f in card_hosts.host_flags(entry, shown)
+                ],
             },
+            "conformance": {
+                "at": entry.conformance_at,
+                "results": [_result(r) for r in selectors.conformance_of(entry)],
+            },
+            "attestation": attestation(selectors.attestation_of(entry), request, entry.pk),
             "decisions": None,
             "proof": None,
             "allowed_transitions": None,

@@ -248,6 +248,12 @@ class SignatureOut(serializers.Serializer):
     reason = serializers.CharField(allow_blank=True)
 
 
+class HostFlagOut(serializers.Serializer):
+    code = serializers.ChoiceField(choices=["endpoint_host", "jku_host"])
+    host = serializers.CharField()
+    detail = serializers.CharField()
+
+
 class TrustOut(serializers.Serializer):
     domain = serializers.CharField()
     verified = serializers.BooleanField()
@@ -256,6 +262,42 @@ class TrustOut(serializers.Serializer):
     signed = serializers.BooleanField()
     signing_kid = serializers.CharField(allow_null=True)
     signatures = SignatureOut(many=True, help_text="Each signature of the shown card, checked.")
+    proof_checked_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the domain proof was last found again (re-checked on a schedule)."
+    )
+    proof_lapsed_at = serializers.DateTimeField(
+        allow_null=True, help_text="When the proof lapsed (not found again): the entry waits for a new proof."
+    )
+    flags = HostFlagOut(many=True, help_text="What in the shown card points away from the proven card host.")
+
+
+class ConformanceResultOut(serializers.Serializer):
+    check = serializers.CharField(help_text="card, interface, unknown_task, malformed, denied_streaming, ...")
+    dialect = serializers.CharField(allow_blank=True)
+    binding = serializers.CharField(allow_blank=True, help_text="JSONRPC, HTTP+JSON...; '' for the card.")
+    url = serializers.CharField(allow_blank=True)
+    outcome = serializers.ChoiceField(choices=["passed", "failed", "skipped"])
+    detail = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+
+
+class ConformanceOut(serializers.Serializer):
+    at = serializers.DateTimeField(allow_null=True, help_text="When the latest run was; null: never run.")
+    results = ConformanceResultOut(many=True)
+
+
+class AttestationOut(serializers.Serializer):
+    state = serializers.ChoiceField(choices=["valid", "revoked", "expired"])
+    reason = serializers.CharField(allow_null=True, help_text="Why it was withdrawn or expired; null while valid.")
+    url = serializers.CharField(help_text="The entry's current statement (JWS), or 410 with the reason.")
+    status_url = serializers.CharField(help_text="This statement's status, whatever becomes of the entry.")
+    jwks_url = serializers.CharField(help_text="The directory's public keys, to verify the JWS offline.")
+    jti = serializers.CharField()
+    card_sha256 = serializers.CharField()
+    issued_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    token = serializers.CharField(allow_null=True, help_text="The compact JWS while valid; else null.")
 
 
 class DecisionOut(serializers.Serializer):
@@ -291,6 +333,10 @@ class EntryOut(EntrySummaryOut):
     versions = VersionBriefOut(many=True, help_text="The versions you may see, newest first.")
     health = HealthOut(help_text="Liveness: state, uptime and the last checks.")  # type: ignore[assignment]
     trust = TrustOut()
+    conformance = ConformanceOut(help_text="The directory's own conformance checks of the approved card.")
+    attestation = AttestationOut(
+        allow_null=True, help_text="The directory's newest signed statement about the entry; null: none yet."
+    )
     decisions = DecisionOut(
         many=True, allow_null=True, help_text="Owners and curators: the entry's history, newest first; else null."
     )

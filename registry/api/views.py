@@ -310,3 +310,21 @@ class TokenView(RegistryView):
         logins.succeeded(username=v["username"])
         token, secret = tokens.token_create(user=user)
         return Response(s.TokenOut({"token": secret, "expires_at": token.expires_at}).data)
+
+
+class AttestationView(RegistryView):
+    @extend_schema(
+        operation_id="registry_agents_attestation",
+        tags=[TAG],
+        summary="The directory's attestation of an entry",
+        description="The newest statement the directory signed about the entry (what it verified: card hash, "
+        "proven domain, health, conformance results, when), its standing (valid, revoked with the reason, "
+        "expired) and, while valid, the JWS itself, verifiable offline with the keys at `jwks_url`. 404: none yet.",
+        responses={200: s.AttestationOut, **_errors(401, 404)},
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        entry = visible(request, pk)
+        found = represent.attestation(selectors.attestation_of(entry), request, entry.pk)
+        if found is None:
+            raise exceptions.NotFound("the directory has not attested this entry yet")
+        return Response(s.AttestationOut(found).data)
