@@ -103,7 +103,7 @@ def jwks_url(agent_url: str) -> str:
     return f"{agent_url}{JWKS_NAME}"
 
 
-def _sdk_reading(unsigned: dict[str, Any]) -> bytes | None:
+def sdk_reading(unsigned: dict[str, Any]) -> bytes | None:
     """The canonical payload a2a-sdk 1.x computes for this card (its card resolver's parse,
     then its protobuf JSON without empty members); None when it cannot read the card."""
     from a2a.client.card_resolver import parse_agent_card
@@ -127,7 +127,7 @@ def payloads(card: dict[str, Any]) -> list[bytes]:
     a card with no canonical form."""
     unsigned = {name: value for name, value in card.items() if name != "signatures"}
     served = canonical(without_empty(unsigned) or {})
-    sdk = _sdk_reading(unsigned)
+    sdk = sdk_reading(unsigned)
     return [served] if sdk is None or sdk == served else [served, sdk]
 
 

@@ -290,7 +290,15 @@ def _interface_dialect(card_dialect: str, protocol_version: str) -> str:
     return card_dialect
 
 
-def _card_check(*, card_url: str, card_hash: str, dialect: str, budget: _Budget) -> Result:
+def _unsigned_hash(document: Any) -> str:
+    """A card's hash without its `signatures`: a card signed again (a new key of its server's,
+    as this server's own cards are on every rotation) says the same thing."""
+    if isinstance(document, dict):
+        document = {name: value for name, value in document.items() if name != "signatures"}
+    return cards.card_hash(document)
+
+
+def _card_check(*, card_url: str, approved: Any, dialect: str, budget: _Budget) -> Result:
     def result(outcome: str, detail: str) -> Result:
         return Result("card", dialect, "", card_url, outcome, detail)
 
@@ -308,19 +316,23 @@ def _card_check(*, card_url: str, card_hash: str, dialect: str, budget: _Budget)
         fetched = cards.fetch_card(card_url, timeout=timeout)
     except cards.FetchFailed as exc:
         return result(Outcome.FAILED, f"the card could not be read: {exc}")
-    served = cards.card_hash(fetched.document)
+    served, card_hash = _unsigned_hash(fetched.document), _unsigned_hash(approved)
     if served != card_hash:
         return result(
-            Outcome.FAILED, f"the card served now (sha256 {served[:16]}…) is not the approved one ({card_hash[:16]}…)"
+            Outcome.FAILED,
+            f"the card served now (sha256 {served[:16]}… without its signatures) is not the approved one "
+            f"({card_hash[:16]}…)",
         )
-    return result(Outcome.PASSED, f"the card served is the approved one (sha256 {card_hash[:16]}…)")
+    return result(
+        Outcome.PASSED, f"the card served is the approved one (sha256 {card_hash[:16]}… without its signatures)"
+    )
 
 
-def run_checks(*, card_url: str, card_hash: str, dialect: str, index: dict[str, Any]) -> list[Result]:
+def run_checks(*, card_url: str, approved: Any, dialect: str, index: dict[str, Any]) -> list[Result]:
     """Every check of one card's interfaces (network I/O: call it outside any transaction).
     Never raises for anything the agent does."""
     budget = _Budget(float(settings.REGISTRY_CONFORMANCE_BUDGET))
-    results = [_card_check(card_url=card_url, card_hash=card_hash, dialect=dialect, budget=budget)]
+    results = [_card_check(card_url=card_url, approved=approved, dialect=dialect, budget=budget)]
     capabilities = {c for c in index.get("capabilities", ()) if isinstance(c, str)}
     seen: set[tuple[str, str]] = set()
     endpoints = [e for e in index.get("endpoints", ()) if isinstance(e, dict)]
@@ -401,7 +413,7 @@ def entry_conformance_run(
         return None
     version = entry.approved_version
     index = version.index if isinstance(version.index, dict) else {}
-    found = run_checks(card_url=entry.card_url, card_hash=version.hash, dialect=version.dialect, index=index)
+    found = run_checks(card_url=entry.card_url, approved=version.document, dialect=version.dialect, index=index)
     with transaction.atomic():
         locked = (
             Entry.objects.select_for_update(of=("self",))

@@ -4,8 +4,10 @@ Each entry is a JWS in the flattened JSON form without its payload: `protected` 
 of the JSON header), `signature` (base64url) and an optional unprotected `header`. The
 payload is the card's RFC 8785 canonical JSON without its `signatures` member. a2a-sdk
 (1.x) signs that canonical form after dropping every empty string, list and object (and
-null) at any level, since its protobuf cards cannot tell empty from absent; so a signature
-verifies over either form: as served, or so cleaned (the reason says which).
+null) at any level, since its protobuf cards cannot tell empty from absent, and over the card as
+its protobuf parse reads it (a 0.3 card converted to 1.0, members at their defaults); so a
+signature verifies over any of the three forms: as served, so cleaned, or so read (the reason
+says which).
 
 Keys come from the protected header's `jku` (through the SSRF guard, size-capped, must be a
 JWKS), else from the card's origin's /.well-known/jwks.json, chosen by `kid`. Only public-key
@@ -25,6 +27,7 @@ import jwt
 from jwt import api_jws
 
 from accounts import storable
+from protocols.card_signing import sdk_reading
 
 from .canonical import canonical, without_empty
 from .fetch import JWKS_PATH, fetch_jwks, origin
@@ -96,6 +99,9 @@ def _payloads(document: dict[str, Any]) -> _Payloads:
     forms = [(served, "")]
     if cleaned != served:
         forms.append((cleaned, " (over the card without its empty members, as a2a-sdk signs cards)"))
+    read = sdk_reading(unsigned)
+    if read is not None and read not in (served, cleaned):
+        forms.append((read, " (over the card as a2a-sdk 1.x reads it, as its signer covers a card it converts)"))
     return _Payloads(tuple(forms))
 
 
