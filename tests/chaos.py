@@ -351,13 +351,28 @@ class Stack:
             f"$$ BEGIN PERFORM pg_sleep({float(delay)}); RETURN NULL; END $$"
         )
         for (table,) in self._tables():
-            self.sql(
+            self._sql_until_no_deadlock(
                 f'CREATE TRIGGER chaos_slow BEFORE INSERT OR UPDATE OR DELETE ON "{table}" '
                 "FOR EACH STATEMENT EXECUTE FUNCTION chaos_slow()"
             )
 
     def fast_writes(self) -> None:
-        self.sql("DROP FUNCTION chaos_slow() CASCADE")  # and every trigger that calls it
+        # One table at a time: dropping them all in one transaction takes each table's
+        # exclusive lock in turn while the server's transactions hold some and wait for others,
+        # and a deadlock there would leave every later fault on a slowed database.
+        for (table,) in self._tables():
+            self._sql_until_no_deadlock(f'DROP TRIGGER IF EXISTS chaos_slow ON "{table}"')
+        self._sql_until_no_deadlock("DROP FUNCTION IF EXISTS chaos_slow() CASCADE")
+
+    def _sql_until_no_deadlock(self, query: str) -> None:
+        for attempt in range(20):
+            try:
+                self.sql(query)
+                return
+            except psycopg.errors.DeadlockDetected:
+                if attempt == 19:
+                    raise
+                time.sleep(0.05)
 
     def _tables(self) -> list[tuple]:
         return self.sql(

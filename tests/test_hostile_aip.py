@@ -136,7 +136,8 @@ def test_no_hostile_aip_request_is_an_internal_error(client, world, push_jobs, c
         if not keyed:
             assert status == 401 and answers[0]["error"]["code"] == -32008, answers
         usable = isinstance(request_id, (str, int)) and not isinstance(request_id, bool) and len(str(request_id)) < 100
-        if usable and status == 200 and "error" not in answers[0]:
+        # A re-stream from past the task's last event may stay quiet: no answer yet is no error.
+        if usable and status == 200 and answers and "error" not in answers[0]:
             assert all(a["id"] == request_id for a in answers), answers
 
     attempt()
