@@ -161,7 +161,7 @@ def test_the_rotate_command_reports_the_new_key(capsys):
     call_command("rotate_push_keys", "--publish-delay", "120")
     out = capsys.readouterr().out
     new = SigningKey.objects.exclude(kid=old.kid).get()
-    assert f"new key {new.kid}: published now" in out
+    assert f"new push key {new.kid}: published now" in out
     assert (new.signs_from - new.created_at).total_seconds() == 120
     assert SigningKey.objects.get(kid=old.kid).signs_until == new.signs_from
 

@@ -9,33 +9,16 @@ signing. Run it on a schedule (e.g. yearly) or at once when a key may have leake
 short delay, accepting that some clients refetch the key set).
 """
 
-from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
-
 from protocols.card_signing import kept_for
 from push.models import KeyPurpose
-from push.signing import key_rotate
+from push.rotation import RotateKeysCommand
 
 
-class Command(BaseCommand):
+class Command(RotateKeysCommand):
     help = "Create a new card signing key; it is published now and signs cards after the publish delay."
+    purpose = KeyPurpose.CARD
+    signs = "cards"
+    delay_setting = "CARD_KEY_PUBLISH_DELAY"
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--publish-delay",
-            type=float,
-            default=None,
-            help=f"seconds between publishing and signing (default CARD_KEY_PUBLISH_DELAY, "
-            f"{settings.CARD_KEY_PUBLISH_DELAY:g})",
-        )
-
-    def handle(self, *args, publish_delay: float | None, **options) -> None:
-        delay = settings.CARD_KEY_PUBLISH_DELAY if publish_delay is None else publish_delay
-        if delay < 0:
-            self.stderr.write("--publish-delay must not be negative")
-            raise SystemExit(2)
-        key, deleted = key_rotate(publish_delay=delay, purpose=KeyPurpose.CARD, kept_for=kept_for())
-        self.stdout.write(
-            f"new card key {key.kid}: published now, signs cards from {key.signs_from.isoformat()}"
-            + (f"; deleted {deleted} expired key(s)" if deleted else "")
-        )
+    def kept_for(self) -> float | None:
+        return kept_for()
