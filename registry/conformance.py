@@ -10,9 +10,10 @@ set. Every request goes through the address guard (outbound.ssrf) with no redire
 REGISTRY_CONFORMANCE_TIMEOUT seconds per connect and per read, at most MAX_BODY bytes of the
 answer read, and the run stops asking when REGISTRY_CONFORMANCE_BUDGET seconds are spent.
 
-Checked: the JSON-RPC binding of A2A 1.0, 0.3 and 0.1, and the HTTP+JSON binding of A2A 1.0
-(no malformed-request check there: the only routes that read a body are writes). Other
-bindings (gRPC, AMQP) and ACPs AIP interfaces get one `interface` result, skipped, saying so.
+Checked: the JSON-RPC binding of A2A 1.0, 0.3 and 0.1, the HTTP+JSON binding of A2A 1.0 (no
+malformed-request check there: the only routes that read a body are writes), and its gRPC
+binding (registry.conformance_grpc). Other bindings (AMQP) and ACPs AIP interfaces get one
+`interface` result, skipped, saying so.
 An endpoint that answers 401/403 wants credentials the directory does not have: skipped, not
 failed. docs/registry.md says what a result promises (those answers, at that time) and what it
 does not (anything of how the agent does its work).
@@ -34,7 +35,7 @@ from django.utils import timezone
 
 from outbound import client, ssrf
 
-from . import attestations, cards
+from . import attestations, cards, conformance_grpc
 from .models import Attestation, ConformanceResult, Entry, Outcome, State
 from .probe import _ascii_url
 from .proofs import no_answer_reason
@@ -364,6 +365,14 @@ def run_checks(*, card_url: str, approved: Any, dialect: str, index: dict[str, A
             )
         elif binding == "HTTP+JSON" and speaks == "1.0":
             found = _rest_checks(url=url, capabilities=capabilities, budget=budget)
+        elif binding == "GRPC" and speaks == "1.0":
+            found = conformance_grpc.grpc_checks(
+                url=url,
+                tenant=str(endpoint.get("tenant") or ""),
+                capabilities=capabilities,
+                timeout=budget.timeout,
+                max_body=MAX_BODY,
+            )
         else:
             found = [
                 (

@@ -13,6 +13,9 @@ import orjson
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from registry import conformance, services
 from registry.models import ConformanceResult, Entry, Outcome, State
@@ -175,10 +178,10 @@ def test_an_endpoint_that_wants_credentials_is_skipped_not_failed(agent):
 
 @pytest.mark.django_db
 def test_interfaces_the_directory_does_not_check_are_recorded_as_not_run(agent):
-    entry = approved_entry(agent, bindings=["GRPC"])
+    entry = approved_entry(agent, bindings=["AMQP"])
     conformance.entry_conformance_run(entry_id=entry.pk)
     (skipped,) = ConformanceResult.objects.filter(entry=entry, name="interface")
-    assert (skipped.binding, skipped.outcome) == ("GRPC", Outcome.SKIPPED)
+    assert (skipped.binding, skipped.outcome) == ("AMQP", Outcome.SKIPPED)
     assert agent.bodies == []
 
 
@@ -329,3 +332,72 @@ def test_this_server_answers_the_older_dialects_checks_as_the_directory_expects(
         expected.add("denied_extended_card")
     assert set(got) == expected and {o for o, _ in got.values()} == {Outcome.PASSED}, got
     assert {r.dialect for r in results} == {dialect}
+
+
+# --- gRPC (registry/conformance_grpc.py) ------------------------------------------------------
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_this_server_s_grpc_binding_answers_every_check_as_a_2_a_1_0_maps_the_errors(live_celery, tenant):
+    from registry import conformance_grpc
+    from tests.conftest import make_agent
+    from tests.grpc_support import grpc_serving
+
+    make_agent(tenant, "plaingrpc", "echo", is_public=True, streaming=False, push_notifications=False)
+    with grpc_serving(live_celery.env, live_celery.logs) as (address, _, _):
+        found = conformance_grpc.grpc_checks(
+            url=address, tenant="acme/plaingrpc", capabilities=set(), timeout=lambda: 5.0, max_body=16 * 1024
+        )
+        # The same interface without the tenant names no agent: a check that fails, saying so.
+        unnamed = conformance_grpc.grpc_checks(
+            url=address,
+            tenant="",
+            capabilities={"streaming", "push_notifications", "extended_card"},
+            timeout=lambda: 5.0,
+            max_body=16 * 1024,
+        )
+    got = {name: (outcome, detail) for name, outcome, detail in found}
+    assert set(got) == {"unknown_task", "malformed", "denied_streaming", "denied_push", "denied_extended_card"}
+    assert {outcome for outcome, _ in got.values()} == {Outcome.PASSED}, got
+    assert got["unknown_task"][1] == "answered NOT_FOUND (task not found)"
+    unnamed_got = {name: (outcome, detail) for name, outcome, detail in unnamed}
+    assert unnamed_got["unknown_task"][0] == Outcome.FAILED
+    assert "NOT_FOUND" in unnamed_got["unknown_task"][1] and "agentserver-agent" in unnamed_got["unknown_task"][1]
+
+
+def test_a_grpc_address_the_guard_refuses_is_never_dialled(settings):
+    from registry import conformance_grpc
+
+    settings.OUTBOUND_ALLOW_NETS = []
+    (found,) = conformance_grpc.grpc_checks(
+        url="127.0.0.2:50051", tenant="", capabilities=set(), timeout=lambda: 1.0, max_body=1024
+    )
+    assert found[0] == "interface" and found[1] == Outcome.SKIPPED and "address guard" in found[2]
+
+
+@pytest.mark.parametrize("tenant", ["", "acme/echo", "ünï/cødé", "a\nb", "x" * 5000])
+def test_a_grpc_interface_that_does_not_answer_fails_within_the_timeout(settings, tenant):
+    from registry import conformance_grpc
+    from tests.conftest import _free_port
+
+    port = _free_port()  # nothing listens there
+    began = time.monotonic()
+    found = conformance_grpc.grpc_checks(
+        url=f"127.0.0.1:{port}", tenant=tenant, capabilities=set(), timeout=lambda: 0.5, max_body=1024
+    )
+    assert {outcome for _, outcome, _ in found} == {Outcome.FAILED}
+    assert all(detail.startswith("no answer") for _, _, detail in found), found
+    assert time.monotonic() - began < 5
+
+
+@hypothesis_settings(max_examples=300, deadline=None)
+@given(
+    url=st.text(max_size=80)
+    | st.from_regex(r"(grpcs?|https?|ftp)://[a-z0-9.\[\]:]{0,30}(:[0-9]{0,7})?", fullmatch=True)
+)
+def test_no_address_a_card_names_for_grpc_breaks_the_check(url):
+    from registry import conformance_grpc
+
+    target = conformance_grpc._target(url)
+    assert isinstance(target, str) or (target[0] and 0 <= target[1] < 2**16)
