@@ -12,8 +12,9 @@ answer read, and the run stops asking when REGISTRY_CONFORMANCE_BUDGET seconds a
 
 Checked: the JSON-RPC binding of A2A 1.0, 0.3 and 0.1, the HTTP+JSON binding of A2A 1.0 (no
 malformed-request check there: the only routes that read a body are writes), and its gRPC
-binding (registry.conformance_grpc). Other bindings (AMQP) and ACPs AIP interfaces get one
-`interface` result, skipped, saying so.
+binding (registry.conformance_grpc); of an ACS card (ACPs AIP), its JSON-RPC endpoints (a
+Leader's `get` of a made-up task, and the malformed request). Other bindings (AMQP, AIP's HTTP
+form) get one `interface` result, skipped, saying so.
 An endpoint that answers 401/403 wants credentials the directory does not have: skipped, not
 failed. docs/registry.md says what a result promises (those answers, at that time) and what it
 does not (anything of how the agent does its work).
@@ -243,6 +244,39 @@ def _jsonrpc_checks(
     return found
 
 
+# --- ACPs AIP (JSON-RPC) ------------------------------------------------------------------------
+
+
+def _aip_checks(*, url: str, budget: _Budget) -> list[tuple[str, str, str]]:
+    """(check, outcome, detail) of each question to an ACS card's JSON-RPC endpoint: a Leader's
+    `get` of a task made up for the run (AIP's only read, an error for a task that does not
+    exist: nothing stored), and a body that is not JSON."""
+    request_id = f"conformance-{uuid.uuid4().hex[:12]}"
+    message = {
+        "type": "message",
+        "id": f"msg-{uuid.uuid4()}",
+        "sentAt": timezone.now().isoformat(timespec="seconds"),
+        "senderRole": "leader",
+        "senderId": "agentserver-registry",
+        "command": "get",
+        "dataItems": [],
+        "taskId": f"task-{uuid.uuid4()}",
+        "sessionId": f"session-{uuid.uuid4()}",
+    }
+    body = orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "rpc", "params": {"message": message}})
+    found = [
+        (
+            "unknown_task",
+            *_jsonrpc_verdict(
+                _send("POST", url, budget=budget, body=body), expected=(TASK_NOT_FOUND,), request_id=request_id
+            ),
+        )
+    ]
+    answer = _send("POST", url, budget=budget, body=b'{"jsonrpc": "2.0", "id": ')
+    found.append(("malformed", *_jsonrpc_verdict(answer, expected=(PARSE_ERROR, INVALID_REQUEST), request_id=None)))
+    return found
+
+
 # --- HTTP+JSON (A2A 1.0) --------------------------------------------------------------------
 
 
@@ -365,6 +399,8 @@ def run_checks(*, card_url: str, approved: Any, dialect: str, index: dict[str, A
             )
         elif binding == "HTTP+JSON" and speaks == "1.0":
             found = _rest_checks(url=url, capabilities=capabilities, budget=budget)
+        elif binding == "JSONRPC" and speaks == "acs":
+            found = _aip_checks(url=url, budget=budget)
         elif binding == "GRPC" and speaks == "1.0":
             found = conformance_grpc.grpc_checks(
                 url=url,

@@ -334,6 +334,32 @@ def test_this_server_answers_the_older_dialects_checks_as_the_directory_expects(
     assert {r.dialect for r in results} == {dialect}
 
 
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True)
+def test_this_server_s_aip_endpoint_answers_the_directory_s_checks_and_stores_nothing(live_in_process, tenant):
+    """An ACS card's JSON-RPC endpoint: a Leader's get of a task nobody has is -32001, a body
+    that is not JSON a parse error, and no task comes of either."""
+    from tasks_app.models import Task
+    from tests.conftest import make_agent
+
+    agent = make_agent(tenant, "aipcheck", "echo", is_public=True)
+    url = f"{live_in_process.url}{agent.path}aip/rpc"
+    entry = make_entry(name="Aip", url=url, card_url=f"{live_in_process.url}/nowhere/acs.json")
+    version = entry.approved_version
+    version.dialect = "acs"
+    version.index = {**version.index, "dialect": "acs", "capabilities": []}
+    version.index["endpoints"] = [{"url": url, "binding": "JSONRPC", "protocol_version": "1.0", "tenant": ""}]
+    version.save(update_fields=["dialect", "index"])
+    keep_from_the_servers_beat(entry)
+    tasks_before = Task.objects.count()
+    results, _ = conformance.entry_conformance_run(entry_id=entry.pk)
+    got = {r.name: (r.outcome, r.detail) for r in results if r.name != "card"}
+    assert set(got) == {"unknown_task", "malformed"} and {o for o, _ in got.values()} == {Outcome.PASSED}, got
+    assert got["unknown_task"][1].startswith("answered error -32001")
+    assert {r.dialect for r in results} == {"acs"}
+    assert Task.objects.count() == tasks_before
+
+
 # --- gRPC (registry/conformance_grpc.py) ------------------------------------------------------
 
 
