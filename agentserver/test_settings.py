@@ -58,6 +58,11 @@ from .settings import DATABASES  # noqa: E402 - named, as it is changed below
 # WhiteNoise would warn at every test client's first request that STATIC_ROOT, never collected
 # into, does not exist.
 STATIC_ROOT = None
+# ... and, finding files through the apps' static folders, it would list and stat every one of
+# them (the admin's hundreds) for each test client, at its first request: a tenth of the admin
+# tests' time. Looked up when asked for instead, as under DEBUG (tests/test_static.py puts the
+# production setting back where it tests production's serving).
+WHITENOISE_AUTOREFRESH = True
 
 # Hashing a password the production way costs about half a second here, and the admin tests
 # make and log in hundreds of users: tests hash fast. PBKDF2 stays listed for the servers the

@@ -36,6 +36,31 @@ ROOT = Path(__file__).resolve().parent.parent
 V1 = {"A2A-Version": "1.0"}
 
 
+def _one_default_tls_context() -> None:
+    """httpx builds a verifying TLS context, loading certifi's whole CA bundle (about 60 ms of
+    CPU), for every client and so for every `httpx.get`/`httpx.post`; the tests make thousands
+    of such calls, nearly all over plain HTTP to loopback, and spent a third of their CPU there.
+    The default context is built once per process and shared (contexts are made to be); a
+    client given its own `verify` or `cert` still gets its own."""
+    from httpx._transports import default
+
+    build = default.create_ssl_context
+    made: dict[tuple, Any] = {}
+
+    def create_ssl_context(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if verify is not True or cert is not None:
+            return build(verify=verify, cert=cert, trust_env=trust_env)
+        key = (trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+        if key not in made:
+            made[key] = build(verify=True, cert=None, trust_env=trust_env)
+        return made[key]
+
+    default.create_ssl_context = create_ssl_context
+
+
+_one_default_tls_context()
+
+
 # Tables a transactional test's teardown leaves alone: rows that migrations and post_migrate
 # create once and no test changes.
 _KEPT_BY_FLUSH = frozenset({"django_migrations", "django_content_type", "auth_permission"})

@@ -37,6 +37,7 @@ def production_static(static_root: Path) -> dict:
         "STATIC_ROOT": static_root,
         "STORAGES": {**django_settings.STORAGES, "staticfiles": {"BACKEND": MANIFEST_STORAGE}},
         "WHITENOISE_USE_FINDERS": False,
+        "WHITENOISE_AUTOREFRESH": False,
     }
 
 
