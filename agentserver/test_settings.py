@@ -59,8 +59,8 @@ from .settings import DATABASES  # noqa: E402 - named, as it is changed below
 # into, does not exist.
 STATIC_ROOT = None
 # ... and, finding files through the apps' static folders, it would list and stat every one of
-# them (the admin's hundreds) for each test client, at its first request: a tenth of the admin
-# tests' time. Looked up when asked for instead, as under DEBUG (tests/test_static.py puts the
+# them (the admin's hundreds) for each test client, at its first request (8% of the admin
+# tests' time). Looked up when asked for instead, as under DEBUG (tests/test_static.py puts the
 # production setting back where it tests production's serving).
 WHITENOISE_AUTOREFRESH = True
 

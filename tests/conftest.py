@@ -37,9 +37,9 @@ V1 = {"A2A-Version": "1.0"}
 
 
 def _one_default_tls_context() -> None:
-    """httpx builds a verifying TLS context, loading certifi's whole CA bundle (about 60 ms of
-    CPU), for every client and so for every `httpx.get`/`httpx.post`; the tests make thousands
-    of such calls, nearly all over plain HTTP to loopback, and spent a third of their CPU there.
+    """httpx builds a verifying TLS context, loading certifi's whole CA bundle (33-60 ms of CPU
+    here), for every client and so for every `httpx.get`/`httpx.post`; the tests make thousands
+    of such calls, nearly all over plain HTTP to loopback (a fifth of the live tests' CPU).
     The default context is built once per process and shared (contexts are made to be); a
     client given its own `verify` or `cert` still gets its own."""
     from httpx._transports import default
