@@ -24,14 +24,16 @@ def check_due_entries() -> dict[str, int]:
     domain proofs' re-checks that are due."""
     synced = services.hosted_entries_sync()
     expired, dropped = drafts.drafts_expire()
+    # Every lease is taken before any job is handed out. Each *_due skips the rows locked
+    # elsewhere (a row a job of this very beat locks to record its check, had it started), and
+    # commits its lease before returning: a job never starts on an uncommitted one.
     due = services.entries_due()
+    conforming = conformance.conformance_due()
+    proving = freshness.proofs_due()
     for entry_id in due:
         check_entry.delay(entry_id)
-    # Each *_due commits its lease before returning: a job never starts on an uncommitted one.
-    conforming = conformance.conformance_due()
     for entry_id in conforming:
         check_conformance.delay(entry_id)
-    proving = freshness.proofs_due()
     for entry_id in proving:
         recheck_proof.delay(entry_id)
     pruned = services.checks_prune(older_than=timedelta(days=settings.REGISTRY_CHECKS_KEPT_DAYS))

@@ -127,3 +127,29 @@ def test_the_beat_hands_out_the_conformance_runs_and_the_proof_re_checks_that_ar
     assert Attestation.objects.filter(entry=entry, revoked_at__isnull=True).count() == 1
     again = check_due_entries()
     assert again["conformance"] == 0 and again["proofs"] == 0  # each is leased for its interval
+
+
+def test_the_beat_takes_every_lease_before_it_hands_out_its_first_job(agent, monkeypatch):
+    """A check job locks its entry's row to record what it found. Started before the beat's
+    later selections, which skip locked rows, it would hide a just-approved entry from its
+    conformance run and its proof's re-check until the next beat (the live worker showed it)."""
+    from registry import tasks
+
+    entry = approved_entry(agent)
+    long_ago = timezone.now() - timedelta(days=2)
+    Entry.objects.filter(pk=entry.pk).update(
+        next_check_at=long_ago, next_conformance_at=long_ago, next_proof_check_at=None, domain_verified_at=long_ago
+    )
+    leases_when_handed_out = []
+
+    def hand_out(entry_id: int) -> None:
+        leases_when_handed_out.append(
+            Entry.objects.filter(pk=entry_id).values_list("next_conformance_at", "next_proof_check_at").get()
+        )
+
+    for job in (tasks.check_entry, tasks.check_conformance, tasks.recheck_proof):
+        monkeypatch.setattr(job, "delay", hand_out)
+    done = tasks.check_due_entries()
+    assert (done["due"], done["conformance"], done["proofs"]) == (1, 1, 1)
+    assert len(leases_when_handed_out) == 3
+    assert all(conforming > timezone.now() and proving is not None for conforming, proving in leases_when_handed_out)
