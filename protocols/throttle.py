@@ -76,28 +76,33 @@ class Limiter(Protocol):
 
 
 class LocalLimiter:
-    """GCRA in this process's memory (the embedded mode has one process)."""
+    """GCRA in this process's memory (the embedded mode has one process), in whole numbers: a
+    bucket keeps its TAT times the limit it was reckoned at, in which unit a request's interval
+    is exactly PERIOD_US. Floating-point sums had a full burst's last request land a rounding
+    error over the line, refusing it (a limit-1 caller's first request, by the clock's reading)."""
 
     _PRUNE_AT = 10_000  # buckets; past this, the ones that are full again are dropped
 
     def __init__(self) -> None:
-        self._tats: dict[str, tuple[float, float]] = {}  # bucket -> (TAT, its interval), as in Redis
+        self._tats: dict[str, tuple[int, int]] = {}  # bucket -> (TAT x its limit, that limit)
         self._lock = threading.Lock()  # the test client runs requests on several threads
 
     async def hit(self, bucket: str, limit: int) -> Refused | None:
-        return self.hit_at(bucket, limit, time.monotonic() * 1_000_000)
+        return self.hit_at(bucket, limit, time.monotonic_ns() // 1000)
 
-    def hit_at(self, bucket: str, limit: int, now: float) -> Refused | None:
-        interval = PERIOD_US / limit
+    def hit_at(self, bucket: str, limit: int, now: int) -> Refused | None:
+        """`now` in whole microseconds."""
         with self._lock:
-            stored, reckoned = self._tats.get(bucket, (now, interval))
-            tat = now + (stored - now) * interval / reckoned if stored > now else now
-            wait = tat + interval - PERIOD_US - now
+            stored, reckoned = self._tats.get(bucket, (0, limit))
+            # What is counted keeps counting as requests when the limit changes, as in Redis.
+            ahead = stored - now * reckoned
+            tat = now * limit + max(ahead, 0)
+            wait = tat + PERIOD_US - PERIOD_US * limit - now * limit
             if wait > 0:
-                return Refused(limit, retry_after_seconds(wait))
+                return Refused(limit, retry_after_seconds(wait / limit))
             if len(self._tats) >= self._PRUNE_AT:
-                self._tats = {k: v for k, v in self._tats.items() if v[0] > now}
-            self._tats[bucket] = (tat + interval, interval)
+                self._tats = {k: v for k, v in self._tats.items() if v[0] > now * v[1]}
+            self._tats[bucket] = (tat + PERIOD_US, limit)
         return None
 
 

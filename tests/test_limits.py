@@ -153,6 +153,41 @@ def test_the_limiter_admits_evenly_after_a_burst_so_no_window_edge_doubles_the_r
     assert sum(limiter.hit_at("b", 60, 30 * second) is None for _ in range(60)) == 30
 
 
+@given(limit=st.integers(1, 5000), start=st.integers(0, 2**60))
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_a_burst_gets_exactly_a_minute_s_allowance_whatever_the_limit_and_the_clock(limit, start):
+    """The sums of a full burst land on the line between admitted and refused, where rounding
+    once refused a limit-1 caller's very first request (the clock's reading decided)."""
+    from protocols.throttle import LocalLimiter
+
+    limiter = LocalLimiter()
+    admitted = [limiter.hit_at("b", limit, start) is None for _ in range(limit + 1)]
+    assert admitted == [True] * limit + [False]
+
+
+def test_in_process_the_requests_counted_keep_counting_when_the_limit_changes():
+    from protocols.throttle import LocalLimiter
+
+    limiter = LocalLimiter()
+    assert all(limiter.hit_at("b", 60, 5) is None for _ in range(30))  # half of 60 a minute
+    assert limiter.hit_at("b", 30, 5).retry_after == 2  # 30 are the whole of 30 a minute
+    assert limiter.hit_at("b", 120, 5) is None  # and 31 of 120
+
+
+@pytest.mark.parametrize("limit", [1, 3, 7, 60, 601])
+def test_in_redis_a_burst_gets_exactly_a_minute_s_allowance(limit):
+    from protocols.throttle import RedisLimiter
+
+    async def burst():
+        limiter = RedisLimiter(LIMITER_REDIS)
+        try:
+            return [await limiter.hit(f"t:key:{limit}", limit) is None for _ in range(limit + 1)]
+        finally:
+            await limiter.aclose()
+
+    assert asyncio.run(burst()) == [True] * limit + [False]
+
+
 def test_without_redis_an_in_process_limiter_counts_the_same_way(rpc, settings, tenant, echo_agent, alice_key):
     settings.RATE_LIMIT_REDIS_URL = ""  # the embedded mode
     limits(tenant, rate_limit_per_minute=2)
