@@ -197,6 +197,27 @@ def push_jobs(monkeypatch) -> list[tuple[int, float | None]]:
     return jobs
 
 
+@contextmanager
+def as_for_each_test() -> Iterator[None]:
+    """What the autouse fixtures above give each in-process test (agents run eagerly after
+    commit, delivery jobs not run, no DNS, short waits), for a fixture of a wider scope, which
+    builds its data before they apply."""
+    from django.test import override_settings
+
+    from outbound import ssrf
+    from push import dispatch
+
+    eager = celery_app.conf.task_always_eager
+    with pytest.MonkeyPatch.context() as patch, override_settings(A2A_BLOCKING_TIMEOUT=10, HINT_FALLBACK_POLL=0.2):
+        patch.setattr(dispatch, "enqueue_delivery", lambda *, config_pk, countdown=None: None)
+        patch.setattr(ssrf, "_getaddrinfo", FakeDns().getaddrinfo)
+        celery_app.conf.task_always_eager = True
+        try:
+            yield
+        finally:
+            celery_app.conf.task_always_eager = eager
+
+
 def drain_push_jobs(jobs: list, *, limit: int = 200) -> list[str]:
     """Run recorded delivery jobs in order (waiting out their countdowns) until none are left."""
     import time
