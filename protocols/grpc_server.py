@@ -8,11 +8,17 @@ before the message is parsed, exactly as for JSON-RPC and HTTP+JSON. gRPC itself
 message past the site's size (DATA_UPLOAD_MAX_MEMORY_SIZE) with RESOURCE_EXHAUSTED before any
 handler runs.
 
-The agent: the metadata `agentserver-agent: <tenant>/<agent>`, or else the agent bound to the
-address the listener serves (a loopback or other IP address bound with `bind_host`, as
-`make run` binds the conformance agent to 127.0.0.2). gRPC's Python server does not show a
-request's `:authority`, so a bound name is known by its address, and the card of an agent names
-the one or the other (`protocols.cards`).
+The agent: the metadata `agentserver-agent: <tenant>/<agent>`, else the request's own `tenant`
+field (what the card's gRPC interface says in its `tenant`, and what the official SDKs send, as
+§10 says a client does), else the agent bound to the address the listener serves (a loopback or
+other IP address bound with `bind_host`, as `make run` binds the conformance agent to
+127.0.0.2). gRPC's Python server does not show a request's `:authority`, so a bound name is known
+by its address, and the card of an agent names the one or the other (`protocols.cards`). The
+`tenant` field is read alone, as a path segment would be (`_tenant_of`): the rest of the message
+is parsed only after the caller is authenticated.
+
+The version: only A2A 1.0 defines `lf.a2a.v1.A2AService` (0.3's service was `a2a.v1`), so a call
+without `a2a-version` metadata is a 1.0 call; a version named is checked as on every binding.
 
 GRPC_SERVER_SETUP names (as a dotted path, like ASGI_APPLICATION) what the project runs in this
 process before the servers start, and the interceptors it returns wrap every call: the project
@@ -35,6 +41,8 @@ from typing import Any
 import grpc
 from django.conf import settings
 from django.utils.module_loading import import_string
+from google.protobuf import descriptor_pb2, message_factory
+from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
@@ -49,6 +57,8 @@ from .bindings.grpc_binding import BINDING, GRPC_OK, RPCS, SERVICE, Rpc, status_
 log = logging.getLogger(__name__)
 
 AGENT_KEY = "agentserver-agent"  # the metadata that names the agent: "<tenant>/<agent>"
+VERSION_KEY = "a2a-version"
+SERVICE_VERSION = "1.0"  # the one version whose service this is
 DETAILS_KEY = "grpc-status-details-bin"  # where gRPC carries the google.rpc.Status
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 # Response headers the pipeline sets for HTTP that mean nothing in gRPC metadata.
@@ -87,25 +97,72 @@ def _not_found(message: str) -> Reply:
     return Reply(404, status_bytes("NOT_FOUND", message, "AGENT_NOT_FOUND", AGENTSERVER_ERROR_DOMAIN))
 
 
-async def _agent_of(headers: dict[str, str], listener: Listener) -> tuple[str, str] | Reply:
+def _tenant_readers() -> dict[str, type[Any]]:
+    """Per RPC, a message type that has only its request's `tenant` field (its number differs:
+    ListTaskPushNotificationConfigsRequest has it at 4): parsing with it reads that one string
+    and skips every other field unread."""
+    numbers = {rpc.request.DESCRIPTOR.fields_by_name["tenant"].number for rpc in RPCS.values()}
+    file = descriptor_pb2.FileDescriptorProto(
+        name="agentserver_grpc_tenant.proto", package="agentserver", syntax="proto3"
+    )
+    for number in numbers:
+        file.message_type.add(name=f"TenantAt{number}").field.add(
+            name="tenant",
+            number=number,
+            type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING,
+            label=descriptor_pb2.FieldDescriptorProto.LABEL_OPTIONAL,
+        )
+    classes = message_factory.GetMessages([file])
+    return {
+        name: classes[f"agentserver.TenantAt{rpc.request.DESCRIPTOR.fields_by_name['tenant'].number}"]
+        for name, rpc in RPCS.items()
+    }
+
+
+_TENANT_READERS = _tenant_readers()
+
+
+def _tenant_of(rpc: Rpc, body: bytes) -> str:
+    """The request's `tenant` field, or "" when it has none or the bytes are no message (the
+    binding then says what is wrong with them, once the caller is known)."""
+    reader = _TENANT_READERS[rpc.name]()
+    try:
+        reader.ParseFromString(body)
+    except DecodeError:
+        return ""
+    return str(reader.tenant).strip()
+
+
+def _named(value: str, where: str) -> tuple[str, str] | Reply:
+    tenant, slash, agent = value.strip("/").partition("/")
+    if not (slash and tenant and agent) or "/" in agent:
+        return _not_found(f"{where} must be <tenant>/<agent>, e.g. acme/echo")
+    return tenant, agent
+
+
+async def _agent_of(rpc: Rpc, body: bytes, headers: dict[str, str], listener: Listener) -> tuple[str, str] | Reply:
     named = headers.get(AGENT_KEY, "").strip()
     if named:
-        tenant, slash, agent = named.strip("/").partition("/")
-        if not (slash and tenant and agent) or "/" in agent:
-            return _not_found(f"metadata {AGENT_KEY} must be <tenant>/<agent>, e.g. acme/echo")
-        return tenant, agent
+        return _named(named, f"metadata {AGENT_KEY}")
+    if tenant := _tenant_of(rpc, body):
+        return _named(tenant, "the request's tenant")
     known, bound = agent_at_cached(listener.host)
     if not known:
         bound = await dbcalls.run(agent_at, listener.host)
     if bound is None:
-        return _not_found(f"no agent named: send the metadata {AGENT_KEY}: <tenant>/<agent> (the card's tenant)")
+        return _not_found(
+            "no agent named: set the request's tenant to the card's (<tenant>/<agent>), "
+            f"or send the metadata {AGENT_KEY}"
+        )
     return bound.tenant, bound.agent
 
 
 async def answer_call(rpc: Rpc, body: bytes, context: grpc.aio.ServicerContext, listener: Listener) -> Reply | Streamed:
     """A call's answer from the shared pipeline: a Reply (a result, or a google.rpc.Status) or a stream."""
     headers = _metadata(context)
-    chosen = await _agent_of(headers, listener)
+    if not headers.get(VERSION_KEY, "").strip():
+        headers[VERSION_KEY] = SERVICE_VERSION
+    chosen = await _agent_of(rpc, body, headers, listener)
     if isinstance(chosen, Reply):
         return chosen
     tenant, agent = chosen

@@ -173,17 +173,62 @@ def test_push_configs_round_trip_over_grpc(live, stub, writer_agent, alice_key):
         (dict(key="not-a-key"), (grpc.StatusCode.UNAUTHENTICATED, "UNAUTHENTICATED", "agentserver")),
         (dict(agent=None), (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND", "agentserver")),
         (dict(agent="acme/nobody"), (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND", "agentserver")),
-        (dict(version=None), (grpc.StatusCode.UNIMPLEMENTED, "VERSION_NOT_SUPPORTED", "a2a-protocol.org")),
         (dict(version="9.9"), (grpc.StatusCode.UNIMPLEMENTED, "VERSION_NOT_SUPPORTED", "a2a-protocol.org")),
         (dict(), (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", "a2a-protocol.org")),
     ],
-    ids=["no key", "a bad key", "no agent", "no such agent", "no version", "another version", "no such task"],
+    ids=["no key", "a bad key", "no agent", "no such agent", "another version", "no such task"],
 )
 def test_each_refusal_is_its_status_code_with_an_error_info(live, stub, echo_agent, alice_key, where, expected):
     pairs = metadata(**{"key": alice_key, **where})
     with pytest.raises(grpc.RpcError) as failed:
         stub.GetTask(a2a_pb2.GetTaskRequest(id="no-such-task"), metadata=pairs)
     assert error_info(failed.value) == expected
+
+
+def test_the_request_s_tenant_field_chooses_the_agent_as_the_card_says(live, stub, echo_agent, alice_key):
+    sent = stub.SendMessage(
+        a2a_pb2.SendMessageRequest(tenant="acme/echo", message=text_message("by tenant")),
+        metadata=metadata(key=alice_key, agent=None),
+        timeout=30,
+    )
+    assert sent.task.artifacts[0].parts[0].text == "echo: by tenant"
+    got = stub.GetTask(
+        a2a_pb2.GetTaskRequest(tenant="acme/echo", id=sent.task.id), metadata=metadata(key=alice_key, agent=None)
+    )
+    assert got.id == sent.task.id
+    # ListTaskPushNotificationConfigsRequest carries its tenant as field 4, not 1.
+    listed = stub.ListTaskPushNotificationConfigs(
+        a2a_pb2.ListTaskPushNotificationConfigsRequest(tenant="acme/echo", task_id=sent.task.id),
+        metadata=metadata(key=alice_key, agent=None),
+    )
+    assert list(listed.configs) == []
+
+
+def test_a_tenant_field_that_names_no_agent_is_not_found_and_says_what_to_send(live, stub, echo_agent, alice_key):
+    for tenant in ("acme", "acme/nobody", "acme/echo/more"):
+        with pytest.raises(grpc.RpcError) as failed:
+            stub.GetTask(a2a_pb2.GetTaskRequest(tenant=tenant, id="t"), metadata=metadata(key=alice_key, agent=None))
+        assert error_info(failed.value) == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND", "agentserver"), tenant
+
+
+def test_the_metadata_names_the_agent_before_the_tenant_field(live, stub, echo_agent, alice_key):
+    with pytest.raises(grpc.RpcError) as failed:
+        stub.GetTask(
+            a2a_pb2.GetTaskRequest(tenant="acme/echo", id="t"), metadata=metadata(key=alice_key, agent="acme/nobody")
+        )
+    assert error_info(failed.value)[:2] == (grpc.StatusCode.NOT_FOUND, "AGENT_NOT_FOUND")
+
+
+def test_a_call_without_a2a_version_is_a_1_0_call_since_only_1_0_has_this_service(live, stub, echo_agent, alice_key):
+    sent = stub.SendMessage(
+        a2a_pb2.SendMessageRequest(tenant="acme/echo", message=text_message("no version")),
+        metadata=metadata(key=alice_key, agent=None, version=None),
+        timeout=30,
+    )
+    assert sent.task.status.state == a2a_pb2.TASK_STATE_COMPLETED
+    with pytest.raises(grpc.RpcError) as failed:
+        stub.GetTask(a2a_pb2.GetTaskRequest(id="no-such-task"), metadata=metadata(key=alice_key, version=""))
+    assert error_info(failed.value) == (grpc.StatusCode.NOT_FOUND, "TASK_NOT_FOUND", "a2a-protocol.org")
 
 
 def test_a_request_without_its_required_fields_is_invalid_argument(live, stub, echo_agent, alice_key):
@@ -269,10 +314,8 @@ def test_the_a2a_sdk_grpc_client_sends_streams_gets_lists_cancels_and_subscribes
                 supported_protocol_bindings=["GRPC"],
             )
         )
-        echo_context = ClientCallContext(service_parameters={"X-API-Key": alice_key, "agentserver-agent": "acme/echo"})
-        writer_context = ClientCallContext(
-            service_parameters={"X-API-Key": alice_key, "agentserver-agent": "acme/writer"}
-        )
+        # From the card alone: the SDK puts the card's `tenant` in each request; only the key is ours.
+        echo_context = writer_context = ClientCallContext(service_parameters={"X-API-Key": alice_key})
         async with factory.create(echo_card) as echo:
             sent = [
                 r
@@ -401,3 +444,27 @@ def slow_writer_agent(tenant):
     from tests.conftest import make_agent
 
     return make_agent(tenant, "slowgrpc", "writer", settings={"delay": 0.25, "paragraphs": 4})
+
+
+# --- the tenant field, read alone ------------------------------------------------------------
+
+
+@given(body=st.binary(max_size=256))
+@hypothesis_settings(max_examples=300, deadline=None)
+def test_reading_the_tenant_of_any_bytes_gives_a_string_and_never_raises(body):
+    from protocols import grpc_server
+
+    for rpc in grpc_server.RPCS.values():
+        assert isinstance(grpc_server._tenant_of(rpc, body), str)
+
+
+@given(tenant=st.text(max_size=40), text=st.text(max_size=40))
+@hypothesis_settings(max_examples=100, deadline=None)
+def test_the_tenant_read_alone_is_the_one_the_full_message_carries(tenant, text):
+    from protocols import grpc_server
+
+    request = a2a_pb2.SendMessageRequest(tenant=tenant, message=text_message(text))
+    assert grpc_server._tenant_of(grpc_server.RPCS["SendMessage"], request.SerializeToString()) == tenant.strip()
+    listing = a2a_pb2.ListTaskPushNotificationConfigsRequest(tenant=tenant, task_id=text, page_size=3)
+    rpc = grpc_server.RPCS["ListTaskPushNotificationConfigs"]
+    assert grpc_server._tenant_of(rpc, listing.SerializeToString()) == tenant.strip()

@@ -492,7 +492,8 @@ class GrpcContext:
         return "ipv4:127.0.0.1:40000"
 
 
-def call_grpc(path: str, method: str, request, caller: Caller):
+def call_grpc(path: str, method: str, request, caller: Caller, *, by_tenant_field: bool = False):
+    """`by_tenant_field`: name the agent as the SDKs do, in the request's `tenant`, not the metadata."""
     from google.rpc import status_pb2
 
     from protocols import grpc_server
@@ -500,7 +501,11 @@ def call_grpc(path: str, method: str, request, caller: Caller):
     from protocols.bindings.grpc_binding import GRPC_OK, RPCS
 
     _, tenant, agent = path.strip("/").split("/")
-    pairs = [("a2a-version", "1.0"), ("agentserver-agent", f"{tenant}/{agent}")]
+    pairs = [("a2a-version", "1.0")]
+    if by_tenant_field:
+        request.tenant = f"{tenant}/{agent}"
+    else:
+        pairs.append(("agentserver-agent", f"{tenant}/{agent}"))
     pairs += [(name.lower(), value) for name, value in caller.headers.items()]
     where = grpc_server.Listener(address="127.0.0.1:0", host="127.0.0.1")
     with CaptureQueriesContext(connection) as queries:
@@ -564,9 +569,12 @@ def test_over_grpc_a_refusal_for_another_s_task_is_exactly_the_answer_for_no_tas
             if same_principal(caller, target.owner):
                 continue
             path = target.owner.agent
-            theirs = call_grpc(path, *GRPC_OPERATIONS[operation](target.task_id), caller)
+            by_tenant_field = caller.name < target.owner.name  # half the pairs name the agent each way
+            theirs = call_grpc(
+                path, *GRPC_OPERATIONS[operation](target.task_id), caller, by_tenant_field=by_tenant_field
+            )
             nobody = str(uuid.uuid4())
-            absent = call_grpc(path, *GRPC_OPERATIONS[operation](nobody), caller)
+            absent = call_grpc(path, *GRPC_OPERATIONS[operation](nobody), caller, by_tenant_field=by_tenant_field)
             where = f"{caller.name} -> {target.owner.name}'s task: {operation}"
             assert theirs[0] == absent[0] and theirs[0] >= 400, where
             assert without(theirs[1], target.task_id, "ID") == without(absent[1], nobody, "ID"), where
@@ -603,10 +611,13 @@ def test_over_grpc_a_key_may_call_only_its_tenant_s_agents_and_those_it_is_limit
     for caller in world:
         for path in paths:
             over_rpc = call(client, path, "ListTasks", {}, caller)
-            over_grpc = call_grpc(path, "ListTasks", a2a_pb2.ListTasksRequest(), caller)
-            assert over_grpc[0] == over_rpc[0], (caller.name, path)
-            if over_grpc[0] != 200:
-                assert over_grpc[1]["error"]["message"] == over_rpc[1]["error"]["message"], (caller.name, path)
+            for by_tenant_field in (False, True):
+                request = a2a_pb2.ListTasksRequest()
+                over_grpc = call_grpc(path, "ListTasks", request, caller, by_tenant_field=by_tenant_field)
+                where = (caller.name, path, "tenant field" if by_tenant_field else "metadata")
+                assert over_grpc[0] == over_rpc[0], where
+                if over_grpc[0] != 200:
+                    assert over_grpc[1]["error"]["message"] == over_rpc[1]["error"]["message"], where
 
 
 # --- what the agent's tenant configures ------------------------------------------------------

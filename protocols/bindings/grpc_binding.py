@@ -8,8 +8,8 @@ back into the RPC's response message. Errors are a google.rpc.Status with the st
 specification's table (§5.4, the one HTTP+JSON's `status` column writes) and a
 google.rpc.ErrorInfo, which the server sends as the RPC's status and `grpc-status-details-bin`.
 
-The `tenant` field of a request is not read: as for JSON-RPC's `tenant` param and HTTP+JSON's
-`/{tenant}/` segment, the agent the request reached decides it (here: its metadata or host name).
+The `tenant` field of a request chooses the agent (`protocols.grpc_server`, before the caller is
+known, as HTTP's path does) and is not among the method's params.
 """
 
 from __future__ import annotations
