@@ -34,4 +34,4 @@ urlpatterns = [
     path("", include(routes.urlpatterns)),
 ]
 
-handler404 = "protocols.views.not_found"
+handler404 = "protocols.responses.not_found"

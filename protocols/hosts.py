@@ -22,11 +22,13 @@ from typing import Any
 
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.urls import Resolver404, resolve
 
 from accounts.hosts import Bound, agent_at, agent_at_cached, host_name
 from tasks_app import dbcalls
+
+from .responses import not_found
 
 # Set on the scope (ASGI) and in request.META (Django) of a request that came by a bound name.
 ORIGIN_KEY = "agentserver.host_origin"  # "https://name[:port]": the URL the request came by
@@ -176,11 +178,5 @@ def _view(request: HttpRequest, found: Resolved):
         # The agent API's paths alone (the routes import the views, which import this module).
         match = resolve(found.path, urlconf="protocols.routes")
     except Resolver404:
-        return _not_found, (), {}
+        return not_found, (), {}
     return match.func, match.args, match.kwargs
-
-
-def _not_found(request: HttpRequest) -> HttpResponse:
-    from .views import not_found
-
-    return not_found(request)

@@ -14,7 +14,6 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.http import http_date, parse_http_date_safe
 from django.views.decorators.csrf import csrf_exempt
-from django.views.defaults import page_not_found
 
 from accounts.selectors import agent_get, oidc_issuer_of
 from push import signing
@@ -26,18 +25,8 @@ from . import card_signing, cards, dialects, endpoint, hosts
 from .bindings import HTTP_JSON, JSONRPC, AgentRequest, Binding, Reply, Streamed, base
 from .bindings.http_json import not_allowed
 from .dialects.aip.binding import BINDING as AIP
-
-
-def _with_headers(response: HttpResponse | StreamingHttpResponse, headers: dict[str, str]):
-    for name, value in headers.items():
-        response[name] = value
-    return response
-
-
-def _json(body: bytes, status: int = 200) -> HttpResponse:
-    # Agent endpoints run without the site middleware (agentserver/asgi.py): the headers it
-    # would set come with the reply.
-    return _with_headers(HttpResponse(body, status=status), Reply(status, body).all_headers())
+from .responses import json_response as _json
+from .responses import with_headers as _with_headers
 
 
 def _base_url(request: HttpRequest) -> str:
@@ -194,10 +183,3 @@ def healthz(request: HttpRequest) -> HttpResponse:
     """Liveness, and the SSE streams this process holds open (a stream whose client left
     must not be counted for long: operators and tests read this to see leaks)."""
     return _json(orjson.dumps({"ok": True, "streams": streams.open_stream_count()}))
-
-
-def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    """404 in JSON under /agents/ (clients there parse JSON); Django's page elsewhere."""
-    if request.path.startswith("/agents/"):
-        return _json(orjson.dumps({"error": f"nothing at {request.path}"}), 404)
-    return page_not_found(request, exception)

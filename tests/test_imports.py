@@ -58,7 +58,9 @@ def _direct_imports(module: str) -> frozenset[str]:
             if node.level:
                 anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{anchor}.{base}" if base else anchor
-            names = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            # `from . import codec` imports the module codec, not its package again: a name that
+            # is no module resolves to the module it is an attribute of (`_resolve`).
+            names = [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
         found.update(m for m in map(_resolve, names) if m and m != module)
@@ -95,3 +97,22 @@ def test_the_check_sees_function_level_and_relative_imports():
     assert "tasks_app.tasks" in _direct_imports("tasks_app.apps")
     assert "protocols.dialects" in _direct_imports("protocols.apps")
     assert "protocols.exchange" in _direct_imports("protocols.dialects.base")
+
+
+def test_no_two_modules_of_one_package_import_each_other():
+    # Two modules that need each other are one concern split badly (or two concerns tangled):
+    # one of them imports late to dodge the circle, and a newcomer cannot tell which one leads.
+    both_ways = sorted(
+        f"{module} <-> {other}"
+        for module in _modules()
+        for other in _direct_imports(module)
+        if module < other and module in _direct_imports(other)
+    )
+    assert not both_ways, "modules that import each other:\n" + "\n".join(both_ways)
+
+
+def test_the_two_way_check_reads_a_late_import_of_a_sibling():
+    assert "protocols.cards" in _direct_imports("protocols.views")
+    # `from . import codec` in a dialect's methods is the module codec, not the dialect's package.
+    assert "protocols.dialects.a2a_v1" not in _direct_imports("protocols.dialects.a2a_v1.methods")
+    assert "protocols.dialects.a2a_v1.codec" in _direct_imports("protocols.dialects.a2a_v1.methods")
