@@ -1652,7 +1652,12 @@ CARD_SERVER_MEMBERS = [
     "name",
     "capabilities",
 ]
-CARD_ADDRESSES = ["https://attacker.invalid/a2a", "https://attacker.example/", "http://127.0.0.1:9/", "grpc.attacker.example:443"]
+CARD_ADDRESSES = [
+    "https://attacker.invalid/a2a",
+    "https://attacker.example/",
+    "http://127.0.0.1:9/",
+    "grpc.attacker.example:443",
+]
 
 
 def tenant_card_objects() -> st.SearchStrategy[dict]:
@@ -1660,7 +1665,8 @@ def tenant_card_objects() -> st.SearchStrategy[dict]:
     addresses and interfaces of someone else's), the ones it may add, others, nested."""
     url = st.sampled_from(CARD_ADDRESSES)
     interface = st.fixed_dictionaries(
-        {"url": url}, optional={"protocolBinding": st.sampled_from(["JSONRPC", "GRPC"]), "transport": st.just("JSONRPC")}
+        {"url": url},
+        optional={"protocolBinding": st.sampled_from(["JSONRPC", "GRPC"]), "transport": st.just("JSONRPC")},
     )
     leaf = st.one_of(url, st.lists(interface, max_size=2), json_values(max_leaves=4))
     member = st.sampled_from([*CARD_SERVER_MEMBERS, "skills", "description", "documentationUrl", "iconUrl", "x-other"])

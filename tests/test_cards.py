@@ -240,9 +240,7 @@ def test_an_extended_card_stored_before_the_check_never_signs_its_url_provider_o
             assert [s["id"] for s in card["skills"]] == ["ext", "secret"], name
 
 
-def test_an_extended_card_adds_skills_and_its_description_keeps_who_sees_which_tasks(
-    client, rpc, tenant, alice_key
-):
+def test_an_extended_card_adds_skills_and_its_description_keeps_who_sees_which_tasks(client, rpc, tenant, alice_key):
     extra = {"id": "ext", "name": "Shadow", "description": "same id as the card's", "tags": []}
     more = {"id": "secret", "name": "Secret", "description": "for members", "tags": []}
     content = {"skills": [extra, more], "description": "More for members.", "documentationUrl": "https://d.example/x"}

@@ -315,17 +315,21 @@ def _card(client, host: str, version: str = "1.0") -> dict:
 def _extended(client, key: str, host: str, version: str = "1.0") -> dict:
     method = "GetExtendedAgentCard" if version == "1.0" else "agent/getAuthenticatedExtendedCard"
     headers = {"HTTP_A2A_VERSION": "1.0"} if version == "1.0" else {}
-    answer = client.post("/agents/acme/echo/", rpc_body(method, {}), content_type=JSON, HTTP_X_API_KEY=key, **headers, **on(host))
+    answer = client.post(
+        "/agents/acme/echo/", rpc_body(method, {}), content_type=JSON, HTTP_X_API_KEY=key, **headers, **on(host)
+    )
     return orjson.loads(answer.content)["result"]
 
 
 def _named_hosts(card: dict) -> set[str]:
     """The hosts a card's interfaces and signatures' jku name."""
-    import jwt
-
     from urllib.parse import urlsplit
 
-    urls = [card.get("url", "")] + [i["url"] for i in card.get("supportedInterfaces", card.get("additionalInterfaces", []))]
+    import jwt
+
+    urls = [card.get("url", "")] + [
+        i["url"] for i in card.get("supportedInterfaces", card.get("additionalInterfaces", []))
+    ]
     urls += [orjson.loads(jwt.utils.base64url_decode(s["protected"]))["jku"] for s in card.get("signatures", [])]
     return {urlsplit(u).hostname for u in urls if u}
 
@@ -340,9 +344,7 @@ def any_host(settings, echo_agent):
 
 
 @pytest.mark.parametrize("version", ["1.0", "0.3"])
-def test_a_card_at_a_host_the_server_does_not_know_is_served_unsigned(
-    client, any_host, alice_key, settings, version
-):
+def test_a_card_at_a_host_the_server_does_not_know_is_served_unsigned(client, any_host, alice_key, settings, version):
     for host in ("attacker.example", "testserver"):
         assert "signatures" not in _card(client, host, version), host
         assert "signatures" not in _extended(client, alice_key, host, version), host

@@ -350,9 +350,17 @@ def test_an_extended_card_that_names_its_own_address_or_provider_is_refused_memb
     assert not any("skills" in p.split(":")[0] for p in problems)
     _, read = api(client, "GET", f"{API}/ta/agents/echo/", owner(world))
     assert read["extended_card"] is None and read["has_extended_card"] is False
-    status, made = api(client, "POST", f"{API}/ta/agents/", owner(world), {"slug": "ext", "name": "E", "executor": "echo", **body})
+    status, made = api(
+        client, "POST", f"{API}/ta/agents/", owner(world), {"slug": "ext", "name": "E", "executor": "echo", **body}
+    )
     assert status == 400 and set(made["errors"]) == {"extended_card"}
-    status, answer = api(client, "PATCH", f"{API}/ta/agents/echo/", owner(world), {**body, "extended_card": {"skills": [{"id": "secret"}]}})
+    status, answer = api(
+        client,
+        "PATCH",
+        f"{API}/ta/agents/echo/",
+        owner(world),
+        {**body, "extended_card": {"skills": [{"id": "secret"}]}},
+    )
     assert status == 200 and answer["extended_card"] == {"skills": [{"id": "secret"}]}
 
 
