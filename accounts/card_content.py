@@ -73,7 +73,8 @@ EXTENDED_MEMBERS: dict[str, dict[str, Any]] = {
     "iconUrl": LINK,
 }
 # The members that say who the agent is, where it answers and how callers authenticate (1.0 and
-# 0.3): named in a refusal so that a tenant learns why, not only that.
+# 0.3): named in a refusal so that a tenant learns why, and held to the server's values on every
+# extended card before it is signed (protocols.cards.extended).
 SERVERS = frozenset(
     {
         "name",

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from accounts.card_content import extended_content
+from accounts.card_content import SERVERS, extended_content
 from accounts.models import Agent
 from accounts.selectors import oidc_issuer_of
 from tasks_app import media
@@ -151,26 +151,6 @@ def extended_agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[s
     return extended(agent_card(agent, base_url=base_url, url=url), agent)
 
 
-# What says who the agent is, where it answers and how to call it (1.0's and 0.3's members):
-# the server's on every card it signs, whatever the tenant's extended card holds.
-IDENTITY = (
-    "name",
-    "url",
-    "supportedInterfaces",
-    "additionalInterfaces",
-    "preferredTransport",
-    "protocolVersion",
-    "provider",
-    "securitySchemes",
-    "securityRequirements",
-    "security",
-    "signatures",
-    "capabilities",
-    "supportsAuthenticatedExtendedCard",
-    "version",
-)
-
-
 def extended(card: dict[str, Any], agent: Agent) -> dict[str, Any]:
     """`card` plus the agent's extended content: its skills after the card's (one of an id the
     card has already is left out: ids are unique on a card), its description, documentation
@@ -190,7 +170,9 @@ def extended(card: dict[str, Any], agent: Agent) -> dict[str, Any]:
             merged["description"] = f"{value.rstrip()}\n\n{visibility(agent)}"
         else:
             merged[name] = value
-    changed = [name for name in IDENTITY if merged.get(name) != card.get(name)]
-    if changed:  # never, while the merge reads only card_content's members: the signature depends on it
+    # The server's members (1.0's and 0.3's) as it made them, whatever the tenant stored: never
+    # otherwise while the merge reads only card_content's members, and the signature relies on it.
+    changed = sorted(name for name in SERVERS if merged.get(name) != card.get(name))
+    if changed:
         raise ValueError(f"an extended card may not change the card's {', '.join(changed)}")
     return merged
