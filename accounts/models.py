@@ -5,7 +5,7 @@ from django.core.validators import URLValidator, validate_slug
 from django.db import models
 from django.db.models import Q
 
-from .card_content import validate_extensions, validate_modes, validate_skills
+from .card_content import validate_extended_card, validate_extensions, validate_modes, validate_skills
 
 SLUG_LENGTH = 64
 # Principals named by the server itself carry one of these prefixes ("key:", "oidc:"), so a
@@ -145,7 +145,9 @@ class Agent(models.Model):
     extended_card = models.JSONField(
         null=True,
         blank=True,
-        help_text='Card members that authenticated callers see in addition, e.g. {"skills": [...]}.',
+        validators=[validate_extended_card],
+        help_text='What authenticated callers see in addition: {"skills": [...]} added to the card\'s, and '
+        "description, documentationUrl, iconUrl in place of the card's. The rest of the card is the server's.",
     )
     streaming = models.BooleanField(
         default=True, help_text="Offer live streams (SendStreamingMessage, SubscribeToTask) over SSE."

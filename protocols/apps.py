@@ -13,6 +13,7 @@ class ProtocolsConfig(AppConfig):
         from accounts import changes
         from push.models import SigningKey
 
+        from . import checks  # noqa: F401 - registers the system checks
         from .dialects import DIALECTS  # they read the models, which are loaded only now
 
         # Web processes keep the current card key (protocols.card_signing): a new, changed or

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from accounts.card_content import SERVERS, extended_content
 from accounts.models import Agent
 from accounts.selectors import oidc_issuer_of
 from tasks_app import media
@@ -65,6 +66,10 @@ def security(agent: Agent) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def skills(agent: Agent) -> list[dict[str, Any]]:
     """The agent's skills as A2A writes them (the same shape from 0.1 to 1.0)."""
+    return _skill_list(agent.skills)
+
+
+def _skill_list(given: Any) -> list[dict[str, Any]]:
     return [
         {
             "id": s.get("id", ""),
@@ -75,7 +80,7 @@ def skills(agent: Agent) -> list[dict[str, Any]]:
             **({"inputModes": s["inputModes"]} if s.get("inputModes") else {}),
             **({"outputModes": s["outputModes"]} if s.get("outputModes") else {}),
         }
-        for s in agent.skills
+        for s in given or []
         if isinstance(s, dict)  # checked when saved (accounts.card_content); rows from before may not be
     ]
 
@@ -142,15 +147,32 @@ def agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
 
 
 def extended_agent_card(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any]:
-    """The card plus what the agent shows only to authenticated callers (lists are extended)."""
+    """The card plus what the agent shows only to authenticated callers (accounts.card_content)."""
     return extended(agent_card(agent, base_url=base_url, url=url), agent)
 
 
 def extended(card: dict[str, Any], agent: Agent) -> dict[str, Any]:
-    """`card` plus the agent's extended content (lists are extended, other members replaced)."""
-    for key, value in (agent.extended_card or {}).items():
-        if isinstance(value, list) and isinstance(card.get(key), list):
-            card[key] = [*card[key], *value]
+    """`card` plus the agent's extended content: its skills after the card's (one of an id the
+    card has already is left out: ids are unique on a card), its description, documentation
+    and icon links in place of the card's. Only what accounts.card_content lets an extended card
+    carry is read, so a row stored before that check cannot put its url or provider here."""
+    merged = dict(card)
+    for name, value in extended_content(agent.extended_card).items():
+        if name == "skills":
+            skills_now = list(card.get("skills", []))
+            taken = {s["id"] for s in skills_now}
+            for skill in _skill_list(value):
+                if skill["id"] not in taken:
+                    taken.add(skill["id"])
+                    skills_now.append(skill)
+            merged["skills"] = skills_now
+        elif name == "description":
+            merged["description"] = f"{value.rstrip()}\n\n{visibility(agent)}"
         else:
-            card[key] = value
-    return card
+            merged[name] = value
+    # The server's members (1.0's and 0.3's) as it made them, whatever the tenant stored: never
+    # otherwise while the merge reads only card_content's members, and the signature relies on it.
+    changed = sorted(name for name in SERVERS if merged.get(name) != card.get(name))
+    if changed:
+        raise ValueError(f"an extended card may not change the card's {', '.join(changed)}")
+    return merged

@@ -65,10 +65,8 @@ class AgentConsumer(AsyncHttpConsumer):
         scope = self.scope
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         kwargs = scope["url_route"]["kwargs"]
-        base_url = (
-            hosts.origin_of(scope)
-            or settings.PUBLIC_BASE_URL
-            or f"{scope.get('scheme', 'http')}://{headers.get('host', 'localhost')}"
+        base_url, vouched = hosts.base_url_of(
+            scope, scheme=scope.get("scheme", "http"), host=headers.get("host", "localhost")
         )
         return AgentRequest(
             tenant=kwargs["tenant"],
@@ -78,6 +76,7 @@ class AgentConsumer(AsyncHttpConsumer):
             query=base.query_of(scope.get("query_string", b"").decode("latin-1")),
             body=body,
             base_url=base_url,
+            vouched=vouched,
             agent_url=hosts.agent_url_of(scope),
             client=(scope.get("client") or ("",))[0] or "",
             path=kwargs.get("path", ""),

@@ -225,6 +225,7 @@ async def _call(
             agent=agent,
             principal=principal,
             base_url=request.base_url,
+            vouched=request.vouched,
             agent_url=request.agent_url,
             last_event_id=request.headers.get("last-event-id"),
             extensions=activation.uris,

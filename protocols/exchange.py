@@ -44,6 +44,7 @@ class Call:
     agent: Agent
     principal: Principal
     base_url: str = ""
+    vouched: bool = False  # base_url is the server's own (protocols.hosts.base_url_of): cards are signed
     agent_url: str = ""  # set when the request came by a bound host name's root (protocols.hosts)
     last_event_id: str | None = None  # the SSE Last-Event-ID header, for a resubscription
     extensions: tuple[str, ...] = ()  # the URIs the request activated (protocols.extensions)

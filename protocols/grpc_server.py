@@ -174,6 +174,7 @@ async def answer_call(rpc: Rpc, body: bytes, context: grpc.aio.ServicerContext, 
         query={},
         body=body,
         base_url=settings.PUBLIC_BASE_URL or settings.REGISTRY_HOSTED_BASE_URL,
+        vouched=True,  # both are settings: the operator's own address
         client=_peer_address(context.peer()),
         path=rpc.name,
     )

@@ -16,6 +16,7 @@ its allow-list. Unknown names keep today's behaviour.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.http import HttpRequest
+from django.http.request import split_domain_port
 from django.urls import Resolver404, resolve
 
 from accounts.hosts import Bound, agent_at, agent_at_cached, host_name
@@ -113,6 +115,37 @@ def _resolve_request(request: HttpRequest, bound: Bound | None, name: str, raw_h
 def origin_of(meta_or_scope: Any) -> str | None:
     """The origin of a request that came by a bound name, else None."""
     return meta_or_scope.get(ORIGIN_KEY)
+
+
+def base_url_of(meta_or_scope: Any, *, scheme: str, host: str) -> tuple[str, bool]:
+    """The base URL a request's cards and links name, and whether the server vouches for it
+    (its card key signs only cards at such a URL): a bound name's origin, PUBLIC_BASE_URL, else
+    the request's own `host`, vouched for only when `known_host`."""
+    origin = origin_of(meta_or_scope)
+    if origin:
+        return origin, True
+    if settings.PUBLIC_BASE_URL:
+        return settings.PUBLIC_BASE_URL, True
+    return f"{scheme}://{host}", known_host(host)
+
+
+def known_host(host: str) -> bool:
+    """Whether `host` (a Host header) is one the operator named: exactly in ALLOWED_HOSTS (a
+    wildcard names every host, so none), or, under DEBUG, loopback. Any client can send any
+    Host; a card signed for it would vouch for an attacker's address."""
+    domain, _ = split_domain_port(host)
+    if not domain:
+        return False
+    if any(entry.lower() == domain for entry in settings.ALLOWED_HOSTS if entry != "*" and not entry.startswith(".")):
+        return True
+    if not settings.DEBUG:
+        return False
+    if domain == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(domain.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def agent_url_of(meta_or_scope: Any) -> str:

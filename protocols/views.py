@@ -29,9 +29,10 @@ from .responses import json_response as _json
 from .responses import with_headers as _with_headers
 
 
-def _base_url(request: HttpRequest) -> str:
+def _base_url(request: HttpRequest) -> tuple[str, bool]:
     # A bound host name's origin first: such a request never asks get_host() (protocols.hosts).
-    return hosts.origin_of(request.META) or settings.PUBLIC_BASE_URL or f"{request.scheme}://{request.get_host()}"
+    named = hosts.origin_of(request.META) or settings.PUBLIC_BASE_URL
+    return hosts.base_url_of(request.META, scheme=request.scheme or "http", host="" if named else request.get_host())
 
 
 @csrf_exempt
@@ -59,6 +60,7 @@ async def _serve(binding: Binding, request: HttpRequest, tenant: str, agent: str
         body: bytes | None = request.body
     except RequestDataTooBig:
         body = None
+    base_url, vouched = _base_url(request)
     outcome = await endpoint.handle(
         binding,
         AgentRequest(
@@ -70,7 +72,8 @@ async def _serve(binding: Binding, request: HttpRequest, tenant: str, agent: str
             # fields with an error page of its own).
             query=base.query_of(request.META.get("QUERY_STRING", "")),
             body=body,
-            base_url=_base_url(request),
+            base_url=base_url,
+            vouched=vouched,
             agent_url=hosts.agent_url_of(request.META),
             client=request.META.get("REMOTE_ADDR", ""),
             path=path,
@@ -129,9 +132,11 @@ def _card(request: HttpRequest, tenant: str, agent: str, dialect: dialects.WireD
         # A bound name's root may give another version's card to a request naming none.
         dialect = dialects.card_for(version or hosts.root_card_version(request.META))
     assert dialect.card is not None  # card_for and named() here give A2A dialects, which all have cards
-    base_url, url = _base_url(request), hosts.agent_url_of(request.META)
+    (base_url, vouched), url = _base_url(request), hosts.agent_url_of(request.META)
     card = dialect.card(found, base_url=base_url, url=url)
-    if dialect.name in SIGNED_CARDS:
+    # Signed only at an address the server knows as its own (protocols.hosts.known_host): a
+    # card naming a Host any client sent is served, but the server's key does not vouch for it.
+    if dialect.name in SIGNED_CARDS and vouched:
         # The signature names its key by kid: a new card key is a new body, so a new ETag.
         jku = card_signing.jwks_url(cards.agent_url(found, base_url=base_url, url=url))
         body = card_signing.signed_body(card, jku=jku)

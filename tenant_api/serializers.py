@@ -219,7 +219,15 @@ class AgentIn(serializers.Serializer):
     output_modes = serializers.ListField(required=False, child=serializers.JSONField(), max_length=100)
     extensions = serializers.ListField(required=False, child=serializers.JSONField(), max_length=100)
     has_extended_card = serializers.BooleanField(required=False)
-    extended_card = serializers.DictField(required=False, allow_null=True, child=serializers.JSONField())
+    # Its members are checked by accounts.card_content, member by member, as the admin's are.
+    extended_card = serializers.DictField(
+        required=False,
+        allow_null=True,
+        child=serializers.JSONField(allow_null=True),
+        help_text='What authenticated callers see in addition: {"skills": [...]} added to the card\'s, and '
+        "description, documentationUrl, iconUrl in place of the card's. Any other member (url, interfaces, "
+        "provider, name, security, signatures, capabilities) is refused: the rest of the card is the server's.",
+    )
     streaming = serializers.BooleanField(required=False)
     push_notifications = serializers.BooleanField(required=False)
     is_public = serializers.BooleanField(required=False)

@@ -1634,3 +1634,41 @@ def rest_verdict(
     if status != 401 and request.agent == "keyed" and not request.valid_key and not before_auth:
         raise WrongAuth(f"HTTP {status}, not 401, for the keyed agent without a good key: {obj!r:.300}")
     return status, outcome
+
+
+# --- what a tenant may write into an extended card (accounts.card_content) --------------------
+
+# Card members that say where an agent answers, who provides it and how to call it (1.0 and 0.3).
+CARD_SERVER_MEMBERS = [
+    "url",
+    "supportedInterfaces",
+    "additionalInterfaces",
+    "preferredTransport",
+    "provider",
+    "securitySchemes",
+    "securityRequirements",
+    "security",
+    "signatures",
+    "name",
+    "capabilities",
+]
+CARD_ADDRESSES = [
+    "https://attacker.invalid/a2a",
+    "https://attacker.example/",
+    "http://127.0.0.1:9/",
+    "grpc.attacker.example:443",
+]
+
+
+def tenant_card_objects() -> st.SearchStrategy[dict]:
+    """JSON objects a tenant might give as an extended card: the server's members (with
+    addresses and interfaces of someone else's), the ones it may add, others, nested."""
+    url = st.sampled_from(CARD_ADDRESSES)
+    interface = st.fixed_dictionaries(
+        {"url": url},
+        optional={"protocolBinding": st.sampled_from(["JSONRPC", "GRPC"]), "transport": st.just("JSONRPC")},
+    )
+    leaf = st.one_of(url, st.lists(interface, max_size=2), json_values(max_leaves=4))
+    member = st.sampled_from([*CARD_SERVER_MEMBERS, "skills", "description", "documentationUrl", "iconUrl", "x-other"])
+    value = st.recursive(leaf, lambda inner: st.dictionaries(member, inner, max_size=3), max_leaves=6)
+    return st.dictionaries(member, value, max_size=6)

@@ -29,6 +29,7 @@ from accounts.services import AccountError, tenant_ensure
 from tasks_app.executors import REGISTRY, Executor, plugins
 from tasks_app.executors.upstream import card as cards
 from tasks_app.models import Task
+from tests import hostile
 from tests.conftest import make_agent
 
 pytestmark = pytest.mark.django_db
@@ -87,6 +88,8 @@ def create_agent_args(slug: str, values: dict[str, Any]) -> list[str]:
         args += ["--executor-settings", json.dumps(values["settings"])]
     if "skills" in values:
         args += ["--skills", json.dumps(values["skills"])]
+    if "extended_card" in values:
+        args += ["--extended-card", json.dumps(values["extended_card"])]
     return args
 
 
@@ -102,6 +105,10 @@ SAME_ANSWER_CASES = {
     "an upstream at a refused address": {"executor": "a2a-upstream", "settings": {"url": "https://127.0.0.2/agent/"}},
     "a webhook at a refused address": {"executor": "webhook", "settings": {"url": "https://[::ffff:127.0.0.3]/run"}},
     "skills that break the card's schema": {"executor": "echo", "skills": [{"name": "no id"}]},
+    "an extended card naming its own address and provider": {
+        "executor": "echo",
+        "extended_card": {"url": "https://attacker.invalid/a2a", "provider": {"organization": "agentserver platform"}},
+    },
 }
 
 
@@ -396,6 +403,24 @@ def test_any_values_are_saved_or_refused_with_problems_and_a_refusal_stores_noth
         assert list(Agent.objects.order_by("pk").values_list("pk", "updated_at")) == before
     else:
         assert Agent.objects.get(pk=agent.pk).slug == slug
+        Agent.objects.filter(pk=agent.pk).delete()
+
+
+@hypothesis_settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(extended=st.none() | JSONISH | hostile.tenant_card_objects())
+def test_an_extended_card_is_saved_only_with_the_members_it_may_add_and_each_other_is_named(tenant, extended):
+    from accounts.card_content import EXTENDED_MEMBERS
+
+    try:
+        agent = agent_save(tenant=tenant, slug="ext", values={"executor": "echo", "extended_card": extended})
+    except AgentInvalid as exc:
+        problems = exc.problems["extended_card"]
+        if not problems[0].startswith("extended_card["):  # refused whole (not storable, not an object)
+            return
+        for member in set(extended if isinstance(extended, dict) else ()) - set(EXTENDED_MEMBERS):
+            assert any(p.startswith(f"extended_card[{member!r}]: ") for p in problems), (member, problems)
+    else:
+        assert set(agent.extended_card or {}) <= set(EXTENDED_MEMBERS)
         Agent.objects.filter(pk=agent.pk).delete()
 
 

@@ -184,3 +184,103 @@ def test_a_public_grpc_address_is_named_as_configured_and_a_bound_address_names_
         "protocolBinding": "GRPC",
         "protocolVersion": "1.0",
     }
+
+
+# --- what an extended card may add (issue 52) ----------------------------------------------------
+
+EXT = "/agents/acme/ext/"
+ATTACKER = "https://attacker.invalid/a2a"
+# What says where the agent answers, who provides it and how to call it: always the server's.
+IDENTITY_1_0 = ("name", "supportedInterfaces", "provider", "securitySchemes", "securityRequirements", "capabilities")
+IDENTITY_0_3 = ("name", "url", "preferredTransport", "additionalInterfaces", "provider", "securitySchemes", "security")
+FORGED = {
+    "url": ATTACKER,
+    "supportedInterfaces": [{"url": ATTACKER, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}],
+    "additionalInterfaces": [{"url": ATTACKER, "transport": "JSONRPC"}],
+    "provider": {"organization": "agentserver platform", "url": "https://attacker.invalid/"},
+    "securitySchemes": {"none": {"httpAuthSecurityScheme": {"scheme": "none"}}},
+    "securityRequirements": [],
+    "name": "Platform Agent",
+    "signatures": [{"protected": "e30", "signature": "AA"}],
+    "skills": [{"id": "secret", "name": "Secret", "description": "for members", "tags": []}],
+}
+
+
+def extended_cards(client, rpc, rpc03, key: str) -> dict[str, dict]:
+    """The agent's four signed cards: 1.0 and 0.3, public and extended."""
+    return {
+        "1.0 public": client.get(f"{EXT}.well-known/agent-card.json").json(),
+        "0.3 public": client.get(f"{EXT}.well-known/agent-card.json", headers={"A2A-Version": "0.3"}).json(),
+        "1.0 extended": rpc(EXT, "GetExtendedAgentCard", {}, key=key).result,
+        "0.3 extended": rpc03(EXT, "agent/getAuthenticatedExtendedCard", {}, key=key).result,
+    }
+
+
+def identity(name: str, card: dict) -> dict:
+    return {member: card.get(member) for member in (IDENTITY_0_3 if name.startswith("0.3") else IDENTITY_1_0)}
+
+
+def test_an_extended_card_stored_before_the_check_never_signs_its_url_provider_or_schemes(
+    client, rpc, rpc03, tenant, alice_key
+):
+    from accounts.models import Agent
+    from registry import cards
+    from tests.test_card_signatures import directory_verify, sdk_verify
+
+    make_agent(tenant, "ext", "echo", has_extended_card=True, extended_card={})
+    made = extended_cards(client, rpc, rpc03, alice_key)
+    Agent.objects.filter(slug="ext").update(extended_card=FORGED)  # as a row saved before the check
+    for name, card in extended_cards(client, rpc, rpc03, alice_key).items():
+        assert ATTACKER not in str(card) and "agentserver platform" not in str(card), name
+        assert identity(name, card) == identity(name, made[name]), name
+        assert cards.validate({k: v for k, v in card.items() if k != "signatures"}, name[:3]) == [], name
+        assert directory_verify(client, card)[0].valid, name
+        sdk_verify(client, card)
+        if name.endswith("extended"):  # what it may add is still added
+            assert [s["id"] for s in card["skills"]] == ["ext", "secret"], name
+
+
+def test_an_extended_card_adds_skills_and_its_description_keeps_who_sees_which_tasks(client, rpc, tenant, alice_key):
+    extra = {"id": "ext", "name": "Shadow", "description": "same id as the card's", "tags": []}
+    more = {"id": "secret", "name": "Secret", "description": "for members", "tags": []}
+    content = {"skills": [extra, more], "description": "More for members.", "documentationUrl": "https://d.example/x"}
+    make_agent(tenant, "ext", "echo", has_extended_card=True, extended_card=content)
+    card = rpc(EXT, "GetExtendedAgentCard", {}, key=alice_key).result
+    assert [s["name"] for s in card["skills"]] == ["ext", "Secret"]  # ids stay unique: the card's own is kept
+    assert card["description"] == "More for members.\n\nEach caller sees only the tasks it created."
+    assert card["documentationUrl"] == "https://d.example/x"
+
+
+def test_no_signed_card_carries_an_address_provider_or_scheme_a_tenant_gave(client, rpc, rpc03, tenant, alice_key):
+    from hypothesis import HealthCheck, given, settings
+
+    from accounts.models import Agent
+    from push import signing
+    from push.models import KeyPurpose
+    from registry import cards
+    from tests import hostile
+    from tests.test_card_signatures import directory_verify
+
+    make_agent(tenant, "ext", "echo", has_extended_card=True, extended_card={})
+    made = extended_cards(client, rpc, rpc03, alice_key)
+    jwks = signing.jwks(purpose=KeyPurpose.CARD)
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(given_object=hostile.tenant_card_objects())
+    def check(given_object):
+        Agent.objects.filter(slug="ext").update(extended_card=given_object)
+        for name, card in extended_cards(client, rpc, rpc03, alice_key).items():
+            assert identity(name, card) == identity(name, made[name]), name
+            assert "attacker" not in orjson_text(card) and "127.0.0.1:9" not in orjson_text(card), name
+            assert directory_verify(client, card, jwks)[0].valid, name
+            assert cards.validate({k: v for k, v in card.items() if k != "signatures"}, name[:3]) == [], name
+
+    check()
+
+
+def orjson_text(card: dict) -> str:
+    """The card without what a tenant may add (which may name any address)."""
+    import orjson
+
+    added = ("skills", "description", "documentationUrl", "iconUrl")
+    return orjson.dumps({k: v for k, v in card.items() if k not in added}).decode()

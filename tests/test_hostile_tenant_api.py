@@ -104,6 +104,23 @@ def test_hostile_values_and_broken_bodies_are_refused_cleanly_or_taken_as_sent(c
     check(status, content, before)
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(extended=hostile.tenant_card_objects())
+def test_an_extended_card_s_members_the_server_vouches_for_are_refused_by_name(client, world, extended):
+    from accounts.card_content import EXTENDED_MEMBERS
+
+    before = stored()
+    body = orjson.dumps({"has_extended_card": True, "extended_card": extended})
+    status, content = send(client, world, "PATCH", f"{API}/{{t}}/agents/echo/", body)
+    answer = check(status, content, before)
+    if status == 400:
+        problems = answer["errors"]["extended_card"]
+        for member in set(extended) - set(EXTENDED_MEMBERS):
+            assert any(p.startswith(f"extended_card[{member!r}]: ") for p in problems), (member, problems)
+    else:
+        assert status == 200 and set(answer["extended_card"]) <= set(EXTENDED_MEMBERS), answer
+
+
 ODD = ["\u202eevil\u202c", "\U0001f600" * 3, "\u200f", "\ufeffname", "a\u2028b", "é" * 150, "\\\"'", "名前"]
 
 

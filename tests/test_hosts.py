@@ -299,3 +299,121 @@ def test_daphnes_router_serves_a_bound_name_and_nothing_else_there(bound):
         assert run_async(asgi_get(application, path, HOST))[0] == 404, path
     assert run_async(asgi_get(application, "/.well-known/agent-card.json", "stranger.example"))[0] == 400
     assert run_async(asgi_get(application, "/agents/acme/echo/.well-known/agent-card.json", "localhost"))[0] == 200
+
+
+# --- cards are signed only for hosts the server knows (issue 52) -------------------------------
+
+CARD_PATH = "/agents/acme/echo/.well-known/agent-card.json"
+
+
+def _card(client, host: str, version: str = "1.0") -> dict:
+    answer = client.get(CARD_PATH, HTTP_A2A_VERSION=version, **on(host))
+    assert answer.status_code == 200, answer.content
+    return answer.json()
+
+
+def _extended(client, key: str, host: str, version: str = "1.0") -> dict:
+    method = "GetExtendedAgentCard" if version == "1.0" else "agent/getAuthenticatedExtendedCard"
+    headers = {"HTTP_A2A_VERSION": "1.0"} if version == "1.0" else {}
+    answer = client.post(
+        "/agents/acme/echo/", rpc_body(method, {}), content_type=JSON, HTTP_X_API_KEY=key, **headers, **on(host)
+    )
+    return orjson.loads(answer.content)["result"]
+
+
+def _named_hosts(card: dict) -> set[str]:
+    """The hosts a card's interfaces and signatures' jku name."""
+    from urllib.parse import urlsplit
+
+    import jwt
+
+    urls = [card.get("url", "")] + [
+        i["url"] for i in card.get("supportedInterfaces", card.get("additionalInterfaces", []))
+    ]
+    urls += [orjson.loads(jwt.utils.base64url_decode(s["protected"]))["jku"] for s in card.get("signatures", [])]
+    return {urlsplit(u).hostname for u in urls if u}
+
+
+@pytest.fixture
+def any_host(settings, echo_agent):
+    """The Kubernetes manifest's ALLOWED_HOSTS, without its PUBLIC_BASE_URL."""
+    settings.ALLOWED_HOSTS, settings.PUBLIC_BASE_URL, settings.DEBUG = ["*"], "", False
+    echo_agent.has_extended_card, echo_agent.extended_card = True, {"skills": []}
+    echo_agent.save()
+    return echo_agent
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+def test_a_card_at_a_host_the_server_does_not_know_is_served_unsigned(client, any_host, alice_key, settings, version):
+    for host in ("attacker.example", "testserver"):
+        assert "signatures" not in _card(client, host, version), host
+        assert "signatures" not in _extended(client, alice_key, host, version), host
+    settings.ALLOWED_HOSTS = ["testserver", "*"]  # named, not by the wildcard alone
+    assert "signatures" not in _card(client, "attacker.example", version)
+    signed = _card(client, "testserver", version)
+    assert signed["signatures"] and _named_hosts(signed) == {"testserver"}
+    assert _extended(client, alice_key, "testserver:80", version)["signatures"]
+
+
+@pytest.mark.parametrize("version", ["1.0", "0.3"])
+def test_with_a_public_base_url_every_signed_card_names_it_whatever_host_was_asked(
+    client, any_host, alice_key, settings, version
+):
+    settings.PUBLIC_BASE_URL = "https://agents.example.com"
+    for card in (_card(client, "attacker.example", version), _extended(client, alice_key, "attacker.example", version)):
+        assert card["signatures"] and _named_hosts(card) == {"agents.example.com"}
+
+
+def test_a_bound_name_and_under_debug_loopback_are_signed_for(client, any_host, alice_key, settings):
+    host_bind(agent=any_host, host=HOST)
+    assert _named_hosts(_card(client, HOST)) == {HOST}
+    assert "signatures" in _card(client, HOST)
+    assert "signatures" not in _card(client, "127.0.0.1:8000")
+    settings.DEBUG = True
+    for host in ("127.0.0.1:8000", "localhost", "[::1]:8000"):
+        assert _card(client, host)["signatures"], host
+    assert "signatures" not in _card(client, "attacker.example")
+
+
+@pytest.mark.parametrize(
+    ("allowed", "public", "debug", "refused"),
+    [
+        (["*"], "", False, True),
+        ([".example.com"], "", False, True),
+        (["agents.example.com", "*"], "", False, True),
+        (["*"], "https://agents.example.com", False, False),
+        (["*"], "", True, False),
+        (["agents.example.com", "localhost"], "", False, False),
+    ],
+)
+def test_a_server_answering_any_host_without_a_public_base_url_refuses_to_start(
+    settings, allowed, public, debug, refused
+):
+    from django.core.checks import run_checks
+    from django.core.management.base import SystemCheckError
+
+    settings.ALLOWED_HOSTS, settings.PUBLIC_BASE_URL, settings.DEBUG = allowed, public, debug
+    found = [m for m in run_checks() if m.id == "protocols.E001"]
+    assert bool(found) == refused
+    if refused:
+        assert "PUBLIC_BASE_URL" in found[0].msg and "DJANGO_ALLOWED_HOSTS" in found[0].msg
+        with pytest.raises(SystemCheckError, match="protocols.E001"):
+            call_command("check")
+
+
+@pytest.mark.parametrize(("host", "vouched"), [("attacker.example", False), ("testserver", True)])
+def test_daphne_s_consumer_vouches_for_the_same_hosts_as_django_s_view(settings, host, vouched):
+    from protocols.bindings import JSONRPC
+    from protocols.consumers import AgentConsumer
+
+    settings.ALLOWED_HOSTS, settings.PUBLIC_BASE_URL, settings.DEBUG = ["testserver", "*"], "", False
+    consumer = AgentConsumer(binding=JSONRPC)
+    consumer.scope = {
+        "type": "http",
+        "method": "POST",
+        "scheme": "http",
+        "headers": [(b"host", host.encode())],
+        "url_route": {"kwargs": {"tenant": "acme", "agent": "echo"}},
+    }
+    request = consumer._request(b"{}")
+    assert (request.base_url, request.vouched) == (f"http://{host}", vouched)

@@ -334,6 +334,36 @@ def test_an_agent_s_values_are_checked_by_the_agent_service_and_every_problem_is
     assert status == 400 and "already" in body["errors"]["slug"][0]
 
 
+def test_an_extended_card_that_names_its_own_address_or_provider_is_refused_member_by_member(client, world):
+    forged = {
+        "url": "https://attacker.invalid/a2a",
+        "supportedInterfaces": [{"url": "https://attacker.invalid/a2a", "protocolBinding": "JSONRPC"}],
+        "provider": {"organization": "agentserver platform", "url": "https://attacker.invalid/"},
+        "skills": [{"id": "secret"}],
+    }
+    body = {"has_extended_card": True, "extended_card": forged}
+    status, answer = api(client, "PATCH", f"{API}/ta/agents/echo/", owner(world), body)
+    assert status == 400, answer
+    problems = answer["errors"]["extended_card"]
+    for member in ("url", "supportedInterfaces", "provider"):
+        assert any(p.startswith(f"extended_card[{member!r}]: is the server's") for p in problems), (member, problems)
+    assert not any("skills" in p.split(":")[0] for p in problems)
+    _, read = api(client, "GET", f"{API}/ta/agents/echo/", owner(world))
+    assert read["extended_card"] is None and read["has_extended_card"] is False
+    status, made = api(
+        client, "POST", f"{API}/ta/agents/", owner(world), {"slug": "ext", "name": "E", "executor": "echo", **body}
+    )
+    assert status == 400 and set(made["errors"]) == {"extended_card"}
+    status, answer = api(
+        client,
+        "PATCH",
+        f"{API}/ta/agents/echo/",
+        owner(world),
+        {**body, "extended_card": {"skills": [{"id": "secret"}]}},
+    )
+    assert status == 200 and answer["extended_card"] == {"skills": [{"id": "secret"}]}
+
+
 def test_deleting_an_agent_deactivates_it_and_its_endpoint_answers_as_for_no_agent(client, world):
     status, body = api(client, "DELETE", f"{API}/ta/agents/echo/", owner(world))
     assert status == 200 and body["is_active"] is False

@@ -53,6 +53,9 @@ class AgentRequest:
     query: Mapping[str, str]
     body: bytes | None  # None: larger than DATA_UPLOAD_MAX_MEMORY_SIZE
     base_url: str
+    # Whether base_url is one the server knows as its own (protocols.hosts.base_url_of): only
+    # then does its card key sign a card naming it.
+    vouched: bool = False
     # The agent's URL when the request came by a bound host name's root ("https://name/");
     # "" for the path-based one (base_url and the agent's path).
     agent_url: str = ""

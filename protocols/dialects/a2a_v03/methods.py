@@ -264,6 +264,8 @@ async def get_authenticated_extended_card(call: Call, params: dict[str, Any]) ->
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the authenticated extended card is only shown to callers with an API key")
     extended = card.extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    if not call.vouched:  # at a Host the server does not know: served, not signed (protocols.hosts)
+        return extended
     return await dbcalls.run(card_signing.signed_for, extended, agent, base_url=call.base_url, url=call.agent_url)
 
 

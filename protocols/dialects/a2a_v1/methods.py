@@ -197,6 +197,8 @@ async def get_extended_agent_card(call: Call, params: dict[str, Any]) -> Any:
     if call.principal.is_anonymous:
         raise UnsupportedOperation("the extended agent card is only shown to callers with an API key")
     card = extended_agent_card(agent, base_url=call.base_url, url=call.agent_url)
+    if not call.vouched:  # at a Host the server does not know: served, not signed (protocols.hosts)
+        return card
     return await dbcalls.run(card_signing.signed_for, card, agent, base_url=call.base_url, url=call.agent_url)
 
 

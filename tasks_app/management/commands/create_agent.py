@@ -17,6 +17,7 @@ CARD_OPTIONS = {
     "provider_url": ("provider_url", False),
     "icon_url": ("icon_url", False),
     "documentation_url": ("documentation_url", False),
+    "extended_card": ("extended_card", True),
 }
 
 
@@ -51,6 +52,11 @@ class Command(BaseCommand):
         card.add_argument("--provider-url", help="the provider's URL (empty: this server's)")
         card.add_argument("--icon-url")
         card.add_argument("--documentation-url")
+        card.add_argument(
+            "--extended-card",
+            help='what authenticated callers see in addition, a JSON object: {"skills": [...], "description", '
+            '"documentationUrl", "iconUrl"} (declared on the card; null removes it)',
+        )
         secret = parser.add_mutually_exclusive_group()
         secret.add_argument(
             "--generate-secret", action="store_true", help="give the agent a new secret and print it (once)"
@@ -107,6 +113,8 @@ class Command(BaseCommand):
                 except ValueError as exc:
                     raise CommandError(f"--{option.replace('_', '-')} is not JSON: {exc}") from None
             values[field] = given
+        if "extended_card" in values:
+            values["has_extended_card"] = values["extended_card"] is not None
         return values
 
     def _secret(self, options) -> str | None:
