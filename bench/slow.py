@@ -21,10 +21,11 @@ A point (N, D) against one server:
   *accept s* is from the first request written to the last answer read.
 * **completion**: GetTask (`historyLength: 0`) polls the accepted tasks oldest first, each not
   before it has waited its D ms and then at most every --poll-interval s, at most
-  --poll-concurrency in flight and --poll-rate a second in all, until every one is terminal or --point-timeout has passed since the first send. A task's
-  completion time is its own `status.timestamp` (when the server wrote the completed status;
-  same machine, same clock), not the moment a poll saw it, so the polling's pace moves no figure;
-  its load is bounded and reported (GetTask/s).
+  --poll-concurrency in flight and --poll-rate a second in all, until every one is terminal or
+  --point-timeout has passed since the first send. A task's completion time is its own
+  `status.timestamp` (when the server wrote the completed status; same machine, same clock),
+  not the moment a poll saw it, so the polling's pace moves no figure; its load is bounded and
+  reported (GetTask/s).
 * **makespan**: from the first send to the last completion. *run p50/p99*: each run's
   completion minus the moment its own SendMessage was written (nearest rank).
 * **peak RSS / PSS**: the server's processes (ours: daphne and the worker with its children;
@@ -75,6 +76,7 @@ import run  # noqa: E402
 
 RESULTS = BENCH_DIR / "results"
 SIDES = ("ours", "peer")
+DONE = "TASK_STATE_COMPLETED"
 
 
 # --------------------------------------------------------------------------- #
@@ -130,6 +132,15 @@ def task_of(status: int, body: bytes) -> dict | None:
         return None
     task = result.get("task", result)
     return task if isinstance(task, dict) and task.get("id") else None
+
+
+def failure(prefix: str, status: int, body: bytes) -> str:
+    """What an answer without a task was: its HTTP status, or its JSON-RPC error's code."""
+    try:
+        error = json.loads(body).get("error") if status == 200 else None
+    except (ValueError, AttributeError):
+        error = None
+    return f"{prefix}_rpc_{error.get('code')}" if isinstance(error, dict) else f"{prefix}_http_{status}"
 
 
 def percentile(values: list[float], p: float) -> float | None:
@@ -283,7 +294,7 @@ async def send_all(target: load.Target, runs: Runs, n: int, delay_ms: int, concu
                     continue
                 task = task_of(status, body)
                 if task is None:
-                    runs.error(f"send_http_{status}", body.decode("utf-8", "replace"))
+                    runs.error(failure("send", status, body), body.decode("utf-8", "replace"))
                     continue
                 runs.last_accept = time.time()
                 runs.sent[task["id"]] = t0
@@ -334,7 +345,7 @@ async def watch(target: load.Target, runs: Runs, a: argparse.Namespace, deadline
                     runs.done[task_id] = epoch(task["status"].get("timestamp")) or time.time()
                 else:
                     if task is None:
-                        runs.error(f"poll_http_{status}", body.decode("utf-8", "replace"))
+                        runs.error(failure("poll", status, body), body.decode("utf-8", "replace"))
                     runs.pending.append((task_id, time.monotonic() + a.poll_interval))
         finally:
             conn.close()
@@ -407,7 +418,7 @@ def measure_slow(side: run.Side, n: int, delay_ms: int, a: argparse.Namespace, d
 def figures(runs: Runs, n: int, a: argparse.Namespace) -> dict:
     first = runs.first_send or time.time()
     per_run = [runs.done[t] - runs.sent[t] for t in runs.done if t in runs.sent]
-    completed = runs.states.get("TASK_STATE_COMPLETED", 0)
+    completed = runs.states.get(DONE, 0)
     timed_out = completed < n
     last = max(runs.done.values()) if runs.done else None
     watched = (max(last or first, runs.last_accept or first) - first) if not timed_out else a.point_timeout
@@ -418,6 +429,8 @@ def figures(runs: Runs, n: int, a: argparse.Namespace) -> dict:
         "timed_out": timed_out,
         "accept_s": rounded((runs.last_accept - first) if runs.last_accept else None),
         "makespan_s": None if timed_out or last is None else rounded(last - first),
+        # on a timed-out point too: how far in the runs that did end ended
+        "last_completion_s": None if last is None else rounded(last - first),
         "run_p50_s": rounded(percentile(per_run, 50)),
         "run_p99_s": rounded(percentile(per_run, 99)),
         "run_max_s": rounded(max(per_run) if per_run else None),
@@ -444,7 +457,7 @@ async def probes(target: load.Target, count: int, every: float, timeout: float) 
             t0 = time.perf_counter()
             status, body = await asyncio.wait_for(conn.request(target.post(send_body(i, 0, immediate=False))), timeout)
             state = ((task_of(status, body) or {}).get("status") or {}).get("state")
-            if state == "TASK_STATE_COMPLETED":
+            if state == DONE:
                 latencies.append(time.perf_counter() - t0)
             else:
                 failures[f"state_{state}" if state else f"http_{status}"] += 1
@@ -544,9 +557,13 @@ def markdown(doc: dict) -> str:
         ]
         for r in slow:
             span = f"> {timeout:g}" if r["timed_out"] else _f(r["makespan_s"])
+            # a timed-out point's percentiles would be those of the runs that made it: none shown
+            p50, p99 = (None, None) if r["timed_out"] else (r["run_p50_s"], r["run_p99_s"])
+            other = [f"{v} {k.removeprefix('TASK_STATE_').lower()}" for k, v in r["states"].items() if v and k != DONE]
+            done = f"{r['completed']} ({', '.join(other)})" if other else str(r["completed"])
             out.append(
-                f"| {r['n']} × {r['delay_ms'] / 1000:g} s | {r['side']} | {r['accepted']} | {r['completed']} | "
-                f"{_f(r['accept_s'])} | {span} | {_f(r['run_p50_s'])} | {_f(r['run_p99_s'])} | "
+                f"| {r['n']} × {r['delay_ms'] / 1000:g} s | {r['side']} | {r['accepted']} | {done} | "
+                f"{_f(r['accept_s'])} | {span} | {_f(p50)} | {_f(p99)} | "
                 f"{_f(r['peak_rss_mib'], 0)} | {_f(r['peak_pss_mib'], 0)} | {_f(r['peak_pg_conns'])} | "
                 f"{_f(r['gettask_per_s'])} | {r['errors']} |"
             )
@@ -615,6 +632,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--settle-timeout", type=float, default=300.0, help="the blocking echo after a timed-out point")
     g.add_argument("--pause", type=float, default=2.0, help="idle seconds between points")
     g.add_argument("--label", default="", help="free text stored with the results")
+    g.add_argument("--report", metavar="JSON", help="run nothing: print the tables of an earlier run's results")
     g = p.add_argument_group("the noisy neighbour")
     g.add_argument("--noisy-runs", type=int, default=100, help="tenant A's runs in flight")
     g.add_argument("--noisy-delay-ms", type=int, default=3000, help="how long each of A's runs waits")
@@ -664,6 +682,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.report:
+        print(markdown(json.loads(Path(a.report).read_text())), end="")
+        return 0
     ns = [] if a.noisy_only else [int(x) for x in a.runs.split(",") if x.strip()]
     sides = [a.only] if a.only else list(SIDES)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
