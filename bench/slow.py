@@ -276,7 +276,9 @@ class Runs:
             self.error_samples.append(f"{kind}: {detail[:300]}")
 
 
-async def send_all(target: load.Target, runs: Runs, n: int, delay_ms: int, concurrency: int, timeout: float) -> None:
+async def send_all(
+    target: load.Target, runs: Runs, n: int, delay_ms: int, concurrency: int, timeout: float, limit: float
+) -> None:
     todo = iter(range(n))
 
     async def sender() -> None:
@@ -303,7 +305,11 @@ async def send_all(target: load.Target, runs: Runs, n: int, delay_ms: int, concu
         finally:
             conn.close()
 
-    await asyncio.gather(*(sender() for _ in range(max(1, min(concurrency, n)))))
+    try:
+        await asyncio.wait_for(asyncio.gather(*(sender() for _ in range(max(1, min(concurrency, n))))), limit)
+    except TimeoutError:
+        # the point is over: what was not accepted by now is reported as not accepted
+        pass
     runs.sends_finished = True
 
 
@@ -381,7 +387,7 @@ async def slow_point(target: load.Target, n: int, delay_ms: int, a: argparse.Nam
     runs = Runs()
     deadline = time.monotonic() + a.point_timeout
     await asyncio.gather(
-        asyncio.wait_for(send_all(target, runs, n, delay_ms, a.send_concurrency, a.timeout), a.point_timeout),
+        send_all(target, runs, n, delay_ms, a.send_concurrency, a.timeout, a.point_timeout),
         watch(target, runs, a, deadline),
         return_exceptions=False,
     )
@@ -486,7 +492,7 @@ async def loaded_probes(a_target: load.Target, b_target: load.Target, a: argpars
     runs = Runs()
     deadline = time.monotonic() + a.point_timeout
     watcher = asyncio.create_task(watch(a_target, runs, a, deadline))
-    await send_all(a_target, runs, a.noisy_runs, a.noisy_delay_ms, a.send_concurrency, a.timeout)
+    await send_all(a_target, runs, a.noisy_runs, a.noisy_delay_ms, a.send_concurrency, a.timeout, a.point_timeout)
     b = await probes(b_target, a.noisy_probes, a.probe_every, a.probe_timeout)
     await watcher
     return runs, b
