@@ -397,12 +397,12 @@ async def slow_point(target: load.Target, n: int, delay_ms: int, a: argparse.Nam
 def settle(side: run.Side, runs: Runs, a: argparse.Namespace) -> None:
     """Leave the server idle for the next point: cancel what is still pending, then one blocking
     echo, which the queue holds behind every leftover."""
+    assert side.target is not None
     left = [task_id for task_id, _ in runs.pending]
     if left:
         run.log(f"{side.name}: canceling the {len(left)} unfinished tasks")
         n = asyncio.run(cancel_all(side.target, left, 16, 120))
         run.log(f"{side.name}: {n} canceled")
-    assert side.target is not None
     run.smoke(side.target, side.procs, a.settle_timeout)
 
 
@@ -585,9 +585,11 @@ def markdown(doc: dict) -> str:
             ]
             for (n, d), v in both.items():
                 o, p = v["ours"], v["peer"]
-                span = f"> {timeout / p['makespan_s']:.0f}" if o["timed_out"] and p["makespan_s"] else None
+                span = _ratio(o["makespan_s"], p["makespan_s"])
+                if o["timed_out"] and p["makespan_s"]:
+                    span = f"> {timeout / p['makespan_s']:.0f}"
                 out.append(
-                    f"| {n} × {d / 1000:g} s | {span or _ratio(o['makespan_s'], p['makespan_s'])} | "
+                    f"| {n} × {d / 1000:g} s | {span} | "
                     f"{'–' if o['timed_out'] else _ratio(o['run_p99_s'], p['run_p99_s'])} | "
                     f"{_ratio(o['peak_rss_mib'], p['peak_rss_mib'])} | "
                     f"{_ratio(o['peak_pg_conns'], p['peak_pg_conns'])} |"
