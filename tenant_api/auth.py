@@ -188,8 +188,8 @@ class TenantCredentialScheme(OpenApiAuthenticationExtension):
                 "type": "apiKey",
                 "in": "header",
                 "name": API_KEY_HEADER,
-                "description": "An API key of the tenant with a management role (ask_…); "
-                "`Authorization: Bearer ask_…` works too.",
+                "description": "An API key of the tenant with a management role, not limited to some agents "
+                "(ask_…); `Authorization: Bearer ask_…` works too.",
             },
             {
                 "type": "http",

@@ -113,4 +113,4 @@ def test_the_document_describes_keys_makers_their_lifetime_and_revoking_by_maker
     assert "made_by" in {p["name"] for p in listed["parameters"]}
     schemas = document["components"]["schemas"]
     assert "made_by" in schemas["KeyOut"]["required"]
-    assert "API_KEY_MAX_LIFETIME" in schemas["KeyIn"]["properties"]["expires_at"]["description"]
+    assert "API_KEY_MAX_LIFETIME" in schemas["KeyInRequest"]["properties"]["expires_at"]["description"]

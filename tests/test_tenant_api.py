@@ -270,7 +270,8 @@ def test_an_expiry_beyond_the_maximum_lifetime_is_400_and_one_within_it_is_kept(
     assert "30 days" in answer["errors"]["expires_at"][0]
     assert not ApiKey.objects.filter(name="long").exists()
     within = timezone.now() + timedelta(days=29)
-    status, made = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "long", "expires_at": within.isoformat()})
+    asked = {"name": "long", "expires_at": within.isoformat()}
+    status, made = api(client, "POST", f"{API}/ta/keys/", owner(world), asked)
     assert status == 201 and ApiKey.objects.get(prefix=made["prefix"]).expires_at == within
     past = (timezone.now() - timedelta(days=1)).isoformat()
     status, answer = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "old", "expires_at": past})
@@ -284,9 +285,7 @@ def test_a_key_made_before_expiries_were_required_keeps_working(client, world):
     assert any(k["name"] == "owner-key" and k["expires_at"] is None for k in body["results"])
 
 
-def test_an_owner_lists_the_keys_one_maker_made_and_revokes_them_and_theirs_in_one_call(
-    client, world, issuer_server
-):
+def test_an_owner_lists_the_keys_one_maker_made_and_revokes_them_and_theirs_in_one_call(client, world, issuer_server):
     _issuer(world, issuer_server)
     as_carol = bearer(token(sub="carol", agentserver_role="owner"))
 
