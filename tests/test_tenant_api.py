@@ -234,6 +234,22 @@ def test_a_key_limited_to_some_agents_is_given_no_management_role(client, world)
         )
 
 
+def test_authenticating_a_key_reads_it_twice_limited_or_not_and_no_more(client, world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    limited, plaintext = api_key_create(
+        tenant=world.a.objects["tenant"], name="limited", agents=[world.a.objects["tenant"].agents.get(slug="echo")]
+    )
+    ApiKey.objects.filter(pk=limited.pk).update(management_role="owner")
+    for key, status in ((owner(world), 200), (plaintext, 403)):
+        api(client, "GET", f"{API}/ta/", key)  # its last use recorded now, not below
+        with CaptureQueriesContext(connection) as seen:
+            assert api(client, "GET", f"{API}/ta/", key)[0] == status
+        # The key's grant (with its agents) and its tenant and role: no statement per request more.
+        assert len([q for q in seen.captured_queries if "accounts_apikey" in q["sql"]]) == 2
+
+
 def test_create_api_key_gives_no_management_role_to_a_key_limited_to_some_agents(world):
     with pytest.raises(CommandError, match="limited to some agents cannot have a management role"):
         call_command("create_api_key", "ta", "--agent", "echo", "--management-role", "operator")
