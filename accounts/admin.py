@@ -36,7 +36,10 @@ from .services import (
     agent_secret_generate,
     api_key_check,
     api_key_create,
+    api_key_expiry,
     api_key_revoke,
+    made_by_user,
+    management_role_check,
     member_add,
 )
 
@@ -386,6 +389,7 @@ class ApiKeyAddForm(forms.ModelForm):
                         principal=cleaned.get("principal") or None,
                         agents=cleaned.get("agents") or [],
                         expires_at=cleaned.get("expires_at"),
+                        management_role=cleaned.get("management_role") or "",
                     )
                     or ""
                 )
@@ -409,7 +413,22 @@ class ApiKeyChangeForm(forms.ModelForm):
         foreign = [str(agent) for agent in agents if agent.tenant_id != self.instance.tenant_id]
         if foreign:
             raise forms.ValidationError(f"Not agents of {self.instance.tenant}: {', '.join(foreign)}.")
+        try:
+            management_role_check(self.instance.management_role, limited=bool(agents))
+        except AccountError as exc:
+            raise forms.ValidationError(str(exc)) from exc
         return agents
+
+    def clean_expires_at(self) -> Any:
+        expires_at = self.cleaned_data["expires_at"]
+        if "expires_at" not in self.changed_data:
+            return expires_at  # a key made before expiries were required keeps its own
+        if expires_at is None:
+            raise forms.ValidationError("A key's expiry can be changed, not removed; to end the key now, revoke it.")
+        try:
+            return api_key_expiry(expires_at=expires_at)
+        except AccountError as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
 
 @admin.register(ApiKey)
@@ -432,7 +451,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
     )
     list_filter = ("tenant",)
     list_select_related = ("tenant",)
-    search_fields = ("name", "principal", "prefix")
+    search_fields = ("name", "principal", "prefix", "made_by")
     actions = ("revoke",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ApiKey]:
@@ -457,13 +476,23 @@ class ApiKeyAdmin(TenantScopedAdmin):
             "expires_at",
             "last_used_at",
             "revoked_at",
+            "made_by",
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         if obj is None:
             return ()
         # Another principal would hand the key's tasks to someone else; revoke and make a new key.
-        return ("tenant", "principal", "prefix", "management_role", "created_at", "last_used_at", "revoked_at")
+        return (
+            "tenant",
+            "principal",
+            "prefix",
+            "management_role",
+            "created_at",
+            "last_used_at",
+            "revoked_at",
+            "made_by",
+        )
 
     @admin.display(description="agents")
     def agent_list(self, obj: ApiKey) -> str:
@@ -480,6 +509,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
             agents=data["agents"],
             expires_at=data["expires_at"],
             management_role=data.get("management_role") or "",
+            made_by=made_by_user(request.user.get_username()),
         )
         # The admin logs the addition and links to the object through these.
         for field in (
@@ -492,6 +522,7 @@ class ApiKeyAdmin(TenantScopedAdmin):
             "created_at",
             "expires_at",
             "management_role",
+            "made_by",
         ):
             setattr(obj, field, getattr(key, field))
         self.message_user(

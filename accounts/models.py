@@ -218,6 +218,10 @@ class Membership(models.Model):
         return f"{self.user} in {self.tenant.slug} ({self.role})"
 
 
+# oidc:<issuer>#<subject>: an issuer URL (500) and a subject (protocols.oidc, 140) with room to spare.
+MADE_BY_LENGTH = 700
+
+
 class ApiKeyQuerySet(models.QuerySet):
     def active(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=True)
@@ -244,7 +248,12 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True, help_text="Refused from this time on (empty: never).")
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Refused from this time on, at most API_KEY_MAX_LIFETIME away. A new key made without one "
+        "expires API_KEY_DEFAULT_LIFETIME after it is made; empty on a stored key: never.",
+    )
     revoked_at = models.DateTimeField(null=True, blank=True)
     # A key that also manages its tenant through the tenant API (/api/v1/), with this role's
     # rights there (as a member with it has in the admin); empty: it calls agents only.
@@ -256,6 +265,18 @@ class ApiKey(models.Model):
         db_default="",
         help_text="With a role, the key may also manage the tenant through its API (/api/v1/) with that "
         "role's rights; empty: it calls agents only.",
+    )
+    # Who made the key (accounts.services.api_key_create's `made_by`), so that an owner can find
+    # and revoke, in one call, every key a leaked credential made; empty for keys made before.
+    made_by = models.CharField(
+        max_length=MADE_BY_LENGTH,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text="Who made the key: key:<prefix> (a key, through the tenant API), oidc:<issuer>#<subject> "
+        "(a bearer token, through the tenant API), admin:<username>, or command:<name>; empty: made before "
+        "this was recorded.",
     )
     # Written at most once a minute per key and process (accounts.selectors), never per request.
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)

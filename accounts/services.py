@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
@@ -70,16 +71,72 @@ def principal_check(principal: str) -> str:
     return principal
 
 
+def made_by_key(prefix: str) -> str:
+    """The maker of a key a key made (through the tenant API)."""
+    return f"{KEY_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{prefix}"
+
+
+def made_by_token(issuer: str, subject: str) -> str:
+    """The maker of a key an issuer's token made: the subject alone would name another person
+    once the tenant trusts another issuer."""
+    return f"{OIDC_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{issuer}#{subject}"
+
+
+def made_by_user(username: str) -> str:
+    """The maker of a key made in the admin."""
+    return f"admin{PRINCIPAL_NAMESPACE_SEPARATOR}{username}"
+
+
+def made_by_command(name: str) -> str:
+    """The maker of a key a management command made (the server's operator)."""
+    return f"command{PRINCIPAL_NAMESPACE_SEPARATOR}{name}"
+
+
+def api_key_expiry(*, expires_at: datetime | None = None, never: bool = False) -> datetime | None:
+    """A new key's expiry: the one asked for (in the future, at most API_KEY_MAX_LIFETIME away),
+    else API_KEY_DEFAULT_LIFETIME from now. None only when `never` is asked for, which only the
+    server's operator can ask (`create_api_key --no-expiry`): a key that outlives whatever made
+    it is a choice made by hand, never a default."""
+    if never:
+        if expires_at is not None:
+            raise AccountError("a key that never expires takes no expiry")
+        return None
+    now = timezone.now()
+    if expires_at is None:
+        return now + timedelta(seconds=settings.API_KEY_DEFAULT_LIFETIME)
+    if expires_at <= now:
+        raise AccountError("the expiry is in the past")
+    latest = now + timedelta(seconds=settings.API_KEY_MAX_LIFETIME)
+    if expires_at > latest:
+        raise AccountError(
+            f"the expiry is too far away: a key may live at most {_days(settings.API_KEY_MAX_LIFETIME)} "
+            f"(API_KEY_MAX_LIFETIME), until {latest.isoformat(timespec='seconds')}"
+        )
+    return expires_at
+
+
+def _days(seconds: float) -> str:
+    days = seconds / 86400
+    return f"{days:g} days" if days >= 1 else f"{seconds:g} seconds"
+
+
 def api_key_check(
-    *, tenant: Tenant, principal: str | None = None, agents: Iterable[Agent] = (), expires_at: datetime | None = None
+    *,
+    tenant: Tenant,
+    principal: str | None = None,
+    agents: Iterable[Agent] = (),
+    expires_at: datetime | None = None,
+    management_role: str = "",
+    never_expires: bool = False,
 ) -> str | None:
     """The terms of a new key, checked (AccountError says what is wrong); the principal as
     it will be stored, or None for a key that is its own principal. Forms call this too."""
+    agents = list(agents)
     foreign = [str(a) for a in agents if a.tenant_id != tenant.pk]
     if foreign:
         raise AccountError(f"a key of {tenant.slug} cannot call another tenant's agents: {', '.join(foreign)}")
-    if expires_at is not None and expires_at <= timezone.now():
-        raise AccountError("the expiry is in the past")
+    management_role_check(management_role, limited=bool(agents))
+    api_key_expiry(expires_at=expires_at, never=never_expires)
     return principal_check(principal) if principal else None
 
 
@@ -91,24 +148,37 @@ def api_key_create(
     agents: Iterable[Agent] = (),
     expires_at: datetime | None = None,
     management_role: str = "",
+    made_by: str = "",
+    never_expires: bool = False,
 ) -> tuple[ApiKey, str]:
     """Create a key; return it with the plaintext, which is shown once and never stored.
     Without `principal` the key is its own principal; with `agents` it calls only those; with
-    `management_role` it also manages the tenant through its API (/api/v1/) with that role."""
+    `management_role` (and no `agents`) it also manages the tenant through its API (/api/v1/)
+    with that role. It expires at `expires_at`, else after API_KEY_DEFAULT_LIFETIME
+    (`api_key_expiry`); `made_by` records who made it (made_by_key, made_by_token…)."""
     agents = list(agents)
-    principal = api_key_check(tenant=tenant, principal=principal, agents=agents, expires_at=expires_at)
-    management_role = management_role_check(management_role)
+    principal = api_key_check(
+        tenant=tenant,
+        principal=principal,
+        agents=agents,
+        expires_at=expires_at,
+        management_role=management_role,
+        never_expires=never_expires,
+    )
+    management_role = management_role_check(management_role, limited=bool(agents))
+    expires_at = api_key_expiry(expires_at=expires_at, never=never_expires)
     prefix = secrets.token_hex(KEY_ID_HEX_LENGTH // 2)
     plaintext = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     with transaction.atomic():
         key = ApiKey.objects.create(
             tenant=tenant,
             name=name,
-            principal=principal or f"{KEY_PRINCIPAL_NAMESPACE}{PRINCIPAL_NAMESPACE_SEPARATOR}{prefix}",
+            principal=principal or made_by_key(prefix),
             prefix=prefix,
             key_hash=hash_secret(plaintext),
             expires_at=expires_at,
             management_role=management_role,
+            made_by=made_by,
         )
         if agents:
             key.agents.set(agents)
@@ -124,14 +194,21 @@ def role_includes(held: str, needed: str) -> bool:
     return held in ROLE_RANK and ROLE_RANK[held] >= ROLE_RANK[needed]
 
 
-def management_role_check(role: str, *, at_most: str | None = None) -> str:
+def management_role_check(role: str, *, at_most: str | None = None, limited: bool = False) -> str:
     """A key's management role ("" for none), and, given `at_most` (the role of whoever makes
-    the key through the API), no more than that: nobody hands out more than they hold."""
+    the key through the API), no more than that: nobody hands out more than they hold. A key
+    `limited` to some agents gets none: the tenant API manages the whole tenant (every agent's
+    tasks and settings, members, keys), which is more than such a key says it may touch."""
     role = (role or "").strip()
     if role and role not in ROLE_RANK:
         raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)} (or none)")
     if role and at_most is not None and not role_includes(at_most, role):
         raise AccountError(f"a key you make may hold at most your own role ({at_most}), not {role}")
+    if role and limited:
+        raise AccountError(
+            f"a key limited to some agents cannot have a management role ({role}): the tenant API manages the "
+            "whole tenant. Make one key for those agents and another, for all of them, to manage the tenant"
+        )
     return role
 
 
@@ -144,7 +221,34 @@ def api_key_revoke(*, key: ApiKey) -> bool:
     return bool(revoked)
 
 
-def api_key_keep(*, tenant: Tenant, name: str, principal: str, plaintext: str = "") -> tuple[ApiKey, str]:
+def api_key_revoke_made_by(*, tenant: Tenant, made_by: str) -> list[ApiKey]:
+    """Revoke every key of `tenant` that `made_by` made, and the keys those keys made, and so
+    on (they were made with its authority), from the next request on, in every process; the
+    keys revoked here (not those revoked before). A leaked token or key is undone in one call."""
+    made_by = made_by.strip()
+    if not made_by:
+        raise AccountError("name who made the keys (made_by): keys made before makers were recorded have none")
+    now = timezone.now()
+    revoked: list[ApiKey] = []
+    makers, seen = {made_by}, set()
+    with transaction.atomic():
+        while makers:
+            seen |= makers
+            made = list(ApiKey.objects.select_for_update().filter(tenant=tenant, made_by__in=makers).order_by("pk"))
+            live = [key for key in made if key.revoked_at is None]
+            ApiKey.objects.filter(pk__in=[key.pk for key in live]).update(revoked_at=now)
+            for key in live:
+                key.revoked_at = now
+            revoked += live
+            # Revoked before or now, a key's own keys go too.
+            makers = {made_by_key(key.prefix) for key in made} - seen
+        changes.announce_on_commit()
+    return revoked
+
+
+def api_key_keep(
+    *, tenant: Tenant, name: str, principal: str, plaintext: str = "", made_by: str = ""
+) -> tuple[ApiKey, str]:
     """The tenant's one working key named `name`, for `principal`: the key `plaintext` is (one
     made here before, which its caller kept) while it still works, else a new one; every other
     key of that name is revoked. Run as often as one likes (`seed_demo`, at each `make run`), it
@@ -158,7 +262,7 @@ def api_key_keep(*, tenant: Tenant, name: str, principal: str, plaintext: str = 
             .first()
         )
     if kept is None:
-        kept, plaintext = api_key_create(tenant=tenant, name=name, principal=principal)
+        kept, plaintext = api_key_create(tenant=tenant, name=name, principal=principal, made_by=made_by)
     for stale in named.exclude(pk=kept.pk):
         api_key_revoke(key=stale)
     return kept, plaintext

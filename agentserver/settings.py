@@ -285,6 +285,13 @@ GC_GEN0_THRESHOLD = env.int("GC_GEN0_THRESHOLD", default=20000)
 # Agents and API keys found by protocol requests are cached in-process this long (seconds);
 # a revoked key or a changed agent takes effect within it. 0 = no cache.
 AUTH_CACHE_SECONDS = env.float("AUTH_CACHE_SECONDS", default=5.0)
+# A new API key expires API_KEY_DEFAULT_LIFETIME seconds after it is made unless its maker
+# names an expiry, which may be at most API_KEY_MAX_LIFETIME away (accounts.services.
+# api_key_expiry): a key made from a short-lived token must not outlive it for ever.
+API_KEY_DEFAULT_LIFETIME = env.float("API_KEY_DEFAULT_LIFETIME", default=90 * 24 * 3600.0)
+API_KEY_MAX_LIFETIME = env.float("API_KEY_MAX_LIFETIME", default=365 * 24 * 3600.0)
+if not 0 < API_KEY_DEFAULT_LIFETIME <= API_KEY_MAX_LIFETIME:
+    raise ImproperlyConfigured("API_KEY_DEFAULT_LIFETIME must be positive and at most API_KEY_MAX_LIFETIME")
 # Card caching (seconds): our agents' cards are served with this max-age, and a fronted
 # agent's upstream card (tasks_app/executors/upstream/) is kept this long in each process.
 AGENT_CARD_MAX_AGE = env.int("AGENT_CARD_MAX_AGE", default=300)

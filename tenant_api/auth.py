@@ -4,7 +4,9 @@ an API key of the tenant that holds a management role (`X-API-Key: ask_…` or
 claim `OidcIssuer.role_claim` names a role.
 
 No credential, or one that is not valid (unknown, revoked, expired; a token that does not
-verify): 401. A key without a management role, a token without a role: 403, saying so. A
+verify): 401. A key without a management role, a token without a role: 403, saying so; so is a
+key limited to some agents, whatever role is stored with it (no key is made so any more, but
+one made before may be: the tenant API manages every agent, more than such a key may reach). A
 valid credential of another tenant: that tenant's URLs answer 404 as if it did not exist
 (`TenantRole`). Roles are the admin's: viewer reads, operator acts, owner manages."""
 
@@ -42,6 +44,7 @@ class Manager:
     name: str  # key:<prefix>, or oidc:<sub>
     identity: str  # what the write throttle counts
     api_key_id: int | None = None
+    maker: str = ""  # what a key it makes records as its maker (accounts.services.made_by_*)
 
     is_authenticated = True
     is_active = True
@@ -100,11 +103,22 @@ class TenantCredentialAuthentication(BaseAuthentication):
                 "this API key has no management role: it calls agents only. Make a key with one "
                 "(the admin's key form, or create_api_key --management-role) to use the tenant API"
             )
+        if grant.agent_ids is not None:
+            # Read with the key (its grant, cached): no query of its own.
+            raise exceptions.PermissionDenied(
+                "this API key is limited to some agents, so it has no management role: the tenant API manages "
+                "the whole tenant. Use a key for all of the tenant's agents with a management role"
+            )
         if account_selectors.key_touch_due(grant.key_id):
             account_services.api_key_touch(key_id=grant.key_id)
             account_selectors.key_touched(grant.key_id)
         return Manager(
-            tenant=tenant, role=role, name=f"key:{prefix}", identity=f"key:{grant.key_id}", api_key_id=grant.key_id
+            tenant=tenant,
+            role=role,
+            name=account_services.made_by_key(prefix),
+            identity=f"key:{grant.key_id}",
+            api_key_id=grant.key_id,
+            maker=account_services.made_by_key(prefix),
         )
 
     def _by_token(self, request: Request, token: str) -> Manager:
@@ -142,6 +156,7 @@ class TenantCredentialAuthentication(BaseAuthentication):
             role=role,
             name=f"{account_services.OIDC_PRINCIPAL_NAMESPACE}:{subject}",
             identity=f"oidc:{issuer.tenant_id}:{subject}",
+            maker=account_services.made_by_token(issuer.issuer, subject),
         )
 
 
@@ -173,8 +188,8 @@ class TenantCredentialScheme(OpenApiAuthenticationExtension):
                 "type": "apiKey",
                 "in": "header",
                 "name": API_KEY_HEADER,
-                "description": "An API key of the tenant with a management role (ask_…); "
-                "`Authorization: Bearer ask_…` works too.",
+                "description": "An API key of the tenant with a management role, not limited to some agents "
+                "(ask_…); `Authorization: Bearer ask_…` works too.",
             },
             {
                 "type": "http",

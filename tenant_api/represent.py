@@ -37,6 +37,7 @@ def key(found: ApiKey) -> dict[str, Any]:
         "expires_at": found.expires_at,
         "revoked_at": found.revoked_at,
         "last_used_at": found.last_used_at,
+        "made_by": found.made_by,
     }
 
 

@@ -85,8 +85,9 @@ def member_of(tenant: Tenant, username: str) -> Membership | None:
     return members_of(tenant).filter(user__username=username).first()
 
 
-def keys_of(tenant: Tenant) -> QuerySet[ApiKey]:
-    return ApiKey.objects.filter(tenant=tenant).prefetch_related("agents")
+def keys_of(tenant: Tenant, *, made_by: str | None = None) -> QuerySet[ApiKey]:
+    keys = ApiKey.objects.filter(tenant=tenant).prefetch_related("agents")
+    return keys if made_by is None else keys.filter(made_by=made_by)
 
 
 def key_of(tenant: Tenant, prefix: str) -> ApiKey | None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from accounts.models import SLUG_LENGTH, HostProof, Role, RootCard
+from accounts.models import MADE_BY_LENGTH, SLUG_LENGTH, HostProof, Role, RootCard
 from groups.models import Credential, MembershipState
 from push.models import ConfigStatus, DeliveryState
 from registry.api.serializers import ErrorOut
@@ -100,6 +100,29 @@ class KeyOut(serializers.Serializer):
     expires_at = serializers.DateTimeField(allow_null=True)
     revoked_at = serializers.DateTimeField(allow_null=True)
     last_used_at = serializers.DateTimeField(allow_null=True)
+    made_by = serializers.CharField(
+        help_text="Who made it: key:<prefix>, oidc:<issuer>#<subject>, admin:<username> or command:<name> "
+        '("": made before makers were recorded).'
+    )
+
+
+class KeysQuery(PageQuery):
+    made_by = serializers.CharField(
+        required=False, max_length=MADE_BY_LENGTH, help_text="Only the keys this maker made (exactly, as `made_by`)."
+    )
+
+
+class KeysRevokeIn(serializers.Serializer):
+    made_by = serializers.CharField(
+        max_length=MADE_BY_LENGTH,
+        help_text="Revoke every key this maker made (exactly, as `made_by`), and the keys those keys made.",
+    )
+
+
+class KeysRevokedOut(serializers.Serializer):
+    revoked = serializers.ListField(
+        child=serializers.CharField(), help_text="The prefixes of the keys revoked now (not those revoked before)."
+    )
 
 
 class KeysOut(serializers.Serializer):
@@ -125,12 +148,18 @@ class KeyIn(serializers.Serializer):
         max_length=100,
         help_text="Only these agents of the tenant (empty: all).",
     )
-    expires_at = serializers.DateTimeField(required=False, allow_null=True)
+    expires_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When it stops working, at most API_KEY_MAX_LIFETIME (by default 365 days) away; empty: "
+        "API_KEY_DEFAULT_LIFETIME (by default 90 days) from now.",
+    )
     management_role = _choice(
         ["", *ROLES],
         required=False,
         default="",
-        help_text="A role in the tenant API, at most your own; empty: the key calls agents only.",
+        help_text="A role in the tenant API, at most your own, for a key without `agents`; empty: the key calls "
+        "agents only.",
     )
 
 

@@ -14,6 +14,8 @@ urlpatterns = [
     path(f"{T}members/", views.MembersView.as_view(), name="members"),
     path(f"{T}members/<str:username>/", views.MemberView.as_view(), name="member"),
     path(f"{T}keys/", views.KeysView.as_view(), name="keys"),
+    # Before keys/<prefix>/: "revoke" is no prefix (12 hex digits), and must not be read as one.
+    path(f"{T}keys/revoke/", views.KeysRevokeView.as_view(), name="keys-revoke"),
     path(f"{T}keys/<str:prefix>/", views.KeyView.as_view(), name="key"),
     path(f"{T}issuer/", views.IssuerView.as_view(), name="issuer"),
     path(f"{T}agents/", views_agents.AgentsView.as_view(), name="agents"),

@@ -148,16 +148,15 @@ class KeysView(TenantView):
         operation_id="tenant_keys_list",
         tags=[TAG],
         summary="The tenant's API keys",
-        description="Revoked ones too (newest first); never a key's secret.",
-        parameters=[s.PageQuery],
+        description="Revoked ones too (newest first), or only those one maker made (`made_by`); never a key's secret.",
+        parameters=[s.KeysQuery],
         responses={200: s.KeysOut, **errors(400)},
     )
     def get(self, request: Request, slug: str) -> Response:
-        v = query(s.PageQuery, request)
+        v = query(s.KeysQuery, request)
+        keys = selectors.keys_of(self.tenant(request), made_by=v.get("made_by"))
         page = page_or_400(
-            lambda: selectors.page_by_pk(
-                selectors.keys_of(self.tenant(request)), cursor=v.get("cursor"), size=v["page_size"], newest_first=True
-            )
+            lambda: selectors.page_by_pk(keys, cursor=v.get("cursor"), size=v["page_size"], newest_first=True)
         )
         body = {"results": [represent.key(k) for k in page.items], "next": next_link(request, page)}
         return Response(s.KeysOut(body).data)
@@ -167,7 +166,8 @@ class KeysView(TenantView):
         tags=[TAG],
         summary="Make an API key (owners)",
         description="The answer holds the whole key, once: only its hash is kept. Its management role is at most "
-        "your own.",
+        "your own, and only for a key without `agents`. It expires at `expires_at` (at most API_KEY_MAX_LIFETIME "
+        "away), else API_KEY_DEFAULT_LIFETIME from now; `made_by` records you as its maker.",
         request=s.KeyIn,
         responses={201: s.KeyCreatedOut, **errors(400, 413, 429)},
     )
@@ -179,19 +179,45 @@ class KeysView(TenantView):
         unknown = sorted(set(wanted) - {a.slug for a in agents})
         if unknown:
             raise ValidationError({"agents": [f"no agent {', '.join(unknown)} in this tenant"]})
+        manager = self.manager(request)
         with field_errors("management_role"):
-            role = services.management_role_check(v.get("management_role", ""), at_most=self.manager(request).role)
+            role = services.management_role_check(
+                v.get("management_role", ""), at_most=manager.role, limited=bool(agents)
+            )
+        with field_errors("expires_at"):
+            expires_at = services.api_key_expiry(expires_at=v.get("expires_at"))
         with field_errors("non_field_errors"):
             key, plaintext = services.api_key_create(
                 tenant=tenant,
                 name=v["name"],
                 principal=v.get("principal") or None,
                 agents=agents,
-                expires_at=v.get("expires_at"),
+                expires_at=expires_at,
                 management_role=role,
+                made_by=manager.maker,
             )
         body = {**represent.key(key), "key": plaintext}
         return Response(s.KeyCreatedOut(body).data, status=status.HTTP_201_CREATED)
+
+
+class KeysRevokeView(TenantView):
+    roles = OWNER_WRITES
+
+    @extend_schema(
+        operation_id="tenant_keys_revoke_made_by",
+        tags=[TAG],
+        summary="Revoke every key one maker made (owners)",
+        description="Every key `made_by` made (`GET …/keys/?made_by=` lists them), and the keys those keys made, "
+        "refused from the next request on, in every process: what a leaked token or key made, undone in one call. "
+        "Answers the prefixes revoked now; keys revoked before stay as they were.",
+        request=s.KeysRevokeIn,
+        responses={200: s.KeysRevokedOut, **errors(400, 413, 429)},
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        v = valid(s.KeysRevokeIn, request.data)
+        with field_errors("made_by"):
+            revoked = services.api_key_revoke_made_by(tenant=self.tenant(request), made_by=v["made_by"])
+        return Response(s.KeysRevokedOut({"revoked": [key.prefix for key in revoked]}).data)
 
 
 class KeyView(TenantView):

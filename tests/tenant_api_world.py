@@ -194,6 +194,7 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
         ("POST", f"{t}/members/", "owner", {"username": "bob", "role": "viewer"}),
         ("PATCH", f"{t}/members/vera/", "owner", {"role": "operator"}),
         ("POST", f"{t}/keys/", "owner", {"name": "made"}),
+        ("POST", f"{t}/keys/revoke/", "owner", {"made_by": "key:0123456789ab"}),  # a maker of no key
         (
             "PUT",
             f"{t}/issuer/",

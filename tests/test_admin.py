@@ -1,10 +1,14 @@
 """A superuser inspects tasks and manages keys in the Django admin (what members of a tenant
 see and do there: tests/test_admin_scoping.py)."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from accounts.models import ApiKey
+from accounts.services import api_key_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -78,3 +82,42 @@ def test_a_superuser_grants_a_tenant_installed_executors_on_its_page(superuser, 
     superuser.post(f"/admin/accounts/tenant/{tenant.pk}/change/", data)
     tenant.refresh_from_db()
     assert tenant.allowed_executors == []
+
+
+def test_an_api_key_made_in_the_admin_without_an_expiry_gets_the_default_lifetime_and_names_its_maker(
+    superuser, tenant, settings
+):
+    settings.API_KEY_DEFAULT_LIFETIME = 3600.0
+    superuser.post("/admin/accounts/apikey/add/", {"tenant": tenant.pk, "name": "from-admin"}, follow=True)
+    key = ApiKey.objects.get(name="from-admin")
+    assert key.made_by == "admin:root"
+    assert abs(key.expires_at - key.created_at - timedelta(hours=1)) < timedelta(seconds=5)
+    assert "admin:root" in superuser.get(f"/admin/accounts/apikey/{key.pk}/change/").content.decode()
+
+
+def test_the_admin_gives_no_management_role_to_a_key_limited_to_some_agents(superuser, tenant, echo_agent):
+    form = {"tenant": tenant.pk, "name": "eagent-ops", "agents": [echo_agent.pk], "management_role": "operator"}
+    response = superuser.post("/admin/accounts/apikey/add/", form, follow=True)
+    assert "limited to some agents cannot have a management role" in response.content.decode()
+    assert not ApiKey.objects.filter(name="eagent-ops").exists()
+    # Nor does a management key become one by limiting it afterwards.
+    key, _ = api_key_create(tenant=tenant, name="ops", management_role="operator")
+    change = {"name": "ops", "agents": [echo_agent.pk], "expires_at_0": "", "expires_at_1": ""}
+    response = superuser.post(f"/admin/accounts/apikey/{key.pk}/change/", change, follow=True)
+    assert "limited to some agents cannot have a management role" in response.content.decode()
+    assert not key.agents.exists()
+
+
+def test_the_admin_keeps_an_expiry_within_the_maximum_and_never_removes_one(superuser, tenant, settings):
+    settings.API_KEY_MAX_LIFETIME = 30 * 24 * 3600.0
+    far = (timezone.now() + timedelta(days=31)).strftime("%Y-%m-%d")
+    form = {"tenant": tenant.pk, "name": "long", "expires_at_0": far, "expires_at_1": "00:00:00"}
+    response = superuser.post("/admin/accounts/apikey/add/", form, follow=True)
+    assert "the expiry is too far away" in response.content.decode()
+    assert not ApiKey.objects.filter(name="long").exists()
+    key, _ = api_key_create(tenant=tenant, name="short")
+    change = {"name": "short", "expires_at_0": "", "expires_at_1": ""}
+    response = superuser.post(f"/admin/accounts/apikey/{key.pk}/change/", change, follow=True)
+    assert "can be changed, not removed" in response.content.decode()
+    key.refresh_from_db()
+    assert key.expires_at is not None

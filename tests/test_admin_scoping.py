@@ -541,9 +541,16 @@ def test_a_key_the_services_refuse_is_a_form_error(fields, error, own_world, as_
 @commits
 def test_an_existing_keys_principal_and_tenant_do_not_change(own_world, as_user):
     browser = as_user("owner")
+    expires = timezone.localtime(own_world.a.key.expires_at)  # kept as it is: an expiry is never removed
     browser.post(
         PAGES["api keys"].change_url(own_world.a.key.pk),
-        {"name": "renamed", "principal": "someone-else", "tenant": own_world.b.tenant.pk},
+        {
+            "name": "renamed",
+            "principal": "someone-else",
+            "tenant": own_world.b.tenant.pk,
+            "expires_at_0": expires.strftime("%Y-%m-%d"),
+            "expires_at_1": expires.strftime("%H:%M:%S"),
+        },
     )
     own_world.a.key.refresh_from_db()
     assert own_world.a.key.name == "renamed"

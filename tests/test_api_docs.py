@@ -102,3 +102,15 @@ def test_the_document_the_page_renders_holds_both_apis(client):
     assert "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/" in paths
     assert "/api/registry/agents/" in paths
     assert {"managementKey", "managementBearer"} <= set(document["components"]["securitySchemes"])
+
+
+@pytest.mark.django_db
+def test_the_document_describes_keys_makers_their_lifetime_and_revoking_by_maker(client):
+    document = orjson.loads(client.get("/api/schema/?format=json").content)
+    revoke = document["paths"]["/api/v1/tenants/{slug}/keys/revoke/"]["post"]
+    assert revoke["operationId"] == "tenant_keys_revoke_made_by"
+    listed = document["paths"]["/api/v1/tenants/{slug}/keys/"]["get"]
+    assert "made_by" in {p["name"] for p in listed["parameters"]}
+    schemas = document["components"]["schemas"]
+    assert "made_by" in schemas["KeyOut"]["required"]
+    assert "API_KEY_MAX_LIFETIME" in schemas["KeyInRequest"]["properties"]["expires_at"]["description"]

@@ -207,3 +207,11 @@ def test_no_credential_a_caller_makes_up_gets_in_or_breaks_anything(client, worl
     response = client.get(f"{API}/ta/", **header)
     assert response.status_code == 401, response.content
     assert orjson.loads(response.content)["detail"]
+
+
+@pytest.mark.parametrize("maker", [*ODD_SEGMENTS, "x" * 701, "%0A", "key%3A"])
+def test_an_odd_maker_in_the_keys_filter_is_a_400_or_an_empty_list(client, world, maker):
+    response = client.get(f"{API}/ta/keys/?made_by={maker}", HTTP_X_API_KEY=world.a.keys["owner"])
+    assert response.status_code in (200, 400), response.content[:300]
+    body = orjson.loads(response.content)
+    assert body["results"] == [] if response.status_code == 200 else body["errors"]["made_by"]

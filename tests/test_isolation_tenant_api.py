@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 
+import orjson
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -141,6 +142,57 @@ def test_a_key_without_a_management_role_is_403_on_its_own_tenant_s_routes_and_o
     assert answers[0] == answers[1]
     assert answers[0][0] == 403 and "no management role" in answers[0][1]["detail"]
     assert stored() == before
+
+
+def test_another_tenant_s_maker_names_no_key_to_list_or_revoke(client, world):
+    # A key of A made by A's owner key (through the API); B's owner names that maker under B.
+    a_owner = world.a.keys["owner"]
+    status, made = api(client, "POST", f"{API}/ta/keys/", a_owner, {"name": "made-in-a"})
+    maker = made["made_by"]
+    assert status == 201 and maker.startswith("key:")
+    before = stored()
+    status, listed = api(client, "GET", f"{API}/tb/keys/?made_by={maker}", world.b.keys["owner"])
+    assert (status, listed["results"]) == (200, [])
+    status, answer = api(client, "POST", f"{API}/tb/keys/revoke/", world.b.keys["owner"], {"made_by": maker})
+    assert (status, answer) == (200, {"revoked": []})
+    # Under A's URL, B's owner is a stranger.
+    status, _ = api(client, "POST", f"{API}/ta/keys/revoke/", world.b.keys["owner"], {"made_by": maker})
+    assert status == 404
+    assert stored() == before
+
+
+@pytest.fixture
+def limited_manager(world):
+    """A key of tenant A limited to another agent, stored with a management role as keys made
+    before the rule could be: nothing of echo's (its tasks, its settings) is its to reach."""
+    from accounts.services import api_key_create
+    from tests.conftest import make_agent
+
+    other = make_agent(world.a.objects["tenant"], "eagent", "echo")
+    key, plaintext = api_key_create(tenant=world.a.objects["tenant"], name="eagent-only", agents=[other])
+    ApiKey.objects.filter(pk=key.pk).update(management_role="owner")
+    return plaintext
+
+
+@pytest.mark.parametrize("index", range(ROUTE_COUNT))
+def test_a_key_limited_to_some_agents_manages_nothing_whatever_role_is_stored_with_it(
+    client, world, limited_manager, index
+):
+    before = stored()
+    method, mine, _, body = routes(world.a)[index]
+    status, answer = api(client, method, mine, limited_manager, body)
+    assert status == 403, (method, mine, answer)
+    assert "limited to some agents, so it has no management role" in answer["detail"]
+    assert stored() == before
+
+
+def test_a_key_limited_to_some_agents_still_calls_its_agents(client, world, limited_manager):
+    send = {"jsonrpc": "2.0", "id": 1, "method": "ListTasks", "params": {}}
+    for path, status in (("/agents/ta/eagent/", 200), ("/agents/ta/echo/", 403)):
+        response = client.post(
+            path, data=orjson.dumps(send), content_type="application/json", headers={"X-API-Key": limited_manager}
+        )
+        assert response.status_code == status, (path, response.content)
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ hostile bodies tests/test_hostile_tenant_api.py's, the live flow tests/test_tena
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import quote
 
 import orjson
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from accounts.models import ApiKey, Membership, OidcIssuer
@@ -216,6 +217,147 @@ def test_the_create_api_key_command_gives_a_key_a_management_role(world, capsys)
     made = orjson.loads(capsys.readouterr().out)
     assert made["management_role"] == "owner"
     assert ApiKey.objects.get(prefix=made["prefix"]).management_role == "owner"
+
+
+def test_a_key_limited_to_some_agents_is_given_no_management_role(client, world):
+    body = {"name": "eagent-ops", "agents": ["echo"], "management_role": "operator"}
+    status, answer = api(client, "POST", f"{API}/ta/keys/", owner(world), body)
+    assert status == 400
+    assert "limited to some agents cannot have a management role" in answer["errors"]["management_role"][0]
+    assert not ApiKey.objects.filter(name="eagent-ops").exists()
+    with pytest.raises(AccountError, match="limited to some agents"):
+        api_key_create(
+            tenant=world.a.objects["tenant"],
+            name="eagent-ops",
+            agents=[world.a.objects["tenant"].agents.get(slug="echo")],
+            management_role="viewer",
+        )
+
+
+def test_authenticating_a_key_reads_it_twice_limited_or_not_and_no_more(client, world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    limited, plaintext = api_key_create(
+        tenant=world.a.objects["tenant"], name="limited", agents=[world.a.objects["tenant"].agents.get(slug="echo")]
+    )
+    ApiKey.objects.filter(pk=limited.pk).update(management_role="owner")
+    for key, status in ((owner(world), 200), (plaintext, 403)):
+        api(client, "GET", f"{API}/ta/", key)  # its last use recorded now, not below
+        with CaptureQueriesContext(connection) as seen:
+            assert api(client, "GET", f"{API}/ta/", key)[0] == status
+        # The key's grant (with its agents) and its tenant and role: no statement per request more.
+        assert len([q for q in seen.captured_queries if "accounts_apikey" in q["sql"]]) == 2
+
+
+def test_create_api_key_gives_no_management_role_to_a_key_limited_to_some_agents(world):
+    with pytest.raises(CommandError, match="limited to some agents cannot have a management role"):
+        call_command("create_api_key", "ta", "--agent", "echo", "--management-role", "operator")
+    assert not ApiKey.objects.filter(management_role="operator").exclude(name="operator-key").exists()
+
+
+def test_a_key_made_with_an_owner_s_token_expires_after_the_default_lifetime_and_names_its_maker(
+    client, world, issuer_server, settings
+):
+    settings.API_KEY_DEFAULT_LIFETIME = 7 * 24 * 3600.0
+    _issuer(world, issuer_server)
+    before = timezone.now()
+    response = client.post(
+        f"{API}/ta/keys/",
+        data=b'{"name": "from-a-token", "management_role": "owner"}',
+        content_type="application/json",
+        **bearer(token(sub="carol", agentserver_role="owner")),
+    )
+    assert response.status_code == 201, response.content
+    made = orjson.loads(response.content)
+    assert made["made_by"] == f"oidc:{ISSUER}#carol"
+    expires = ApiKey.objects.get(prefix=made["prefix"]).expires_at
+    assert before + timedelta(days=7) <= expires <= timezone.now() + timedelta(days=7)
+    status, read = api(client, "GET", f"{API}/ta/keys/{made['prefix']}/", owner(world))
+    assert read["made_by"] == made["made_by"] and read["expires_at"] == made["expires_at"]
+
+
+def test_an_expiry_beyond_the_maximum_lifetime_is_400_and_one_within_it_is_kept(client, world, settings):
+    settings.API_KEY_MAX_LIFETIME = 30 * 24 * 3600.0
+    settings.API_KEY_DEFAULT_LIFETIME = 24 * 3600.0
+    too_far = (timezone.now() + timedelta(days=31)).isoformat()
+    status, answer = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "long", "expires_at": too_far})
+    assert status == 400 and "too far away" in answer["errors"]["expires_at"][0]
+    assert "30 days" in answer["errors"]["expires_at"][0]
+    assert not ApiKey.objects.filter(name="long").exists()
+    within = timezone.now() + timedelta(days=29)
+    asked = {"name": "long", "expires_at": within.isoformat()}
+    status, made = api(client, "POST", f"{API}/ta/keys/", owner(world), asked)
+    assert status == 201 and ApiKey.objects.get(prefix=made["prefix"]).expires_at == within
+    past = (timezone.now() - timedelta(days=1)).isoformat()
+    status, answer = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "old", "expires_at": past})
+    assert status == 400 and "in the past" in answer["errors"]["expires_at"][0]
+
+
+def test_a_key_made_before_expiries_were_required_keeps_working(client, world):
+    ApiKey.objects.filter(name="owner-key", tenant__slug="ta").update(expires_at=None, made_by="")
+    status, body = api(client, "GET", f"{API}/ta/keys/", owner(world))
+    assert status == 200
+    assert any(k["name"] == "owner-key" and k["expires_at"] is None for k in body["results"])
+
+
+def test_an_owner_lists_the_keys_one_maker_made_and_revokes_them_and_theirs_in_one_call(client, world, issuer_server):
+    _issuer(world, issuer_server)
+    as_carol = bearer(token(sub="carol", agentserver_role="owner"))
+
+    def made_by_carol(body: dict) -> dict:
+        response = client.post(f"{API}/ta/keys/", data=orjson.dumps(body), content_type="application/json", **as_carol)
+        assert response.status_code == 201, response.content
+        return orjson.loads(response.content)
+
+    first = made_by_carol({"name": "carol-1", "management_role": "owner"})
+    second = made_by_carol({"name": "carol-2"})
+    # A key carol's key made, with its authority.
+    status, grandchild = api(client, "POST", f"{API}/ta/keys/", first["key"], {"name": "made-by-carol-1"})
+    assert status == 201 and grandchild["made_by"] == f"key:{first['prefix']}"
+    status, others = api(client, "POST", f"{API}/ta/keys/", owner(world), {"name": "not-carol"})
+    carol = f"oidc:{ISSUER}#carol"
+
+    status, listed = api(client, "GET", f"{API}/ta/keys/?made_by={quote(carol)}", owner(world))
+    assert status == 200 and {k["prefix"] for k in listed["results"]} == {first["prefix"], second["prefix"]}
+
+    status, answer = api(client, "POST", f"{API}/ta/keys/revoke/", owner(world), {"made_by": carol})
+    assert status == 200
+    assert sorted(answer["revoked"]) == sorted([first["prefix"], second["prefix"], grandchild["prefix"]])
+    for revoked in (first, grandchild):
+        assert api(client, "GET", f"{API}/ta/", revoked["key"])[0] == 401
+    assert api(client, "GET", f"{API}/ta/", others["key"])[0] == 403  # another maker's key: untouched
+    assert ApiKey.objects.get(prefix=others["prefix"]).revoked_at is None
+    # Again: nothing left to revoke.
+    assert api(client, "POST", f"{API}/ta/keys/revoke/", owner(world), {"made_by": carol}) == (200, {"revoked": []})
+
+
+def test_revoking_by_maker_needs_a_maker(client, world):
+    status, answer = api(client, "POST", f"{API}/ta/keys/revoke/", owner(world), {"made_by": "  "})
+    assert status == 400 and "made_by" in answer["errors"]
+    assert not ApiKey.objects.filter(revoked_at__isnull=False).exists()
+
+
+def test_create_api_key_gives_the_default_lifetime_unless_told_otherwise(world, settings):
+    settings.API_KEY_MAX_LIFETIME = 30 * 24 * 3600.0
+    call_command("create_api_key", "ta", "--name", "cli-default")
+    key = ApiKey.objects.get(name="cli-default")
+    assert key.expires_at is not None and key.made_by == "command:create_api_key"
+    lifetime = timedelta(seconds=settings.API_KEY_DEFAULT_LIFETIME)
+    assert abs(key.expires_at - key.created_at - lifetime) < timedelta(seconds=5)
+    call_command("create_api_key", "ta", "--name", "cli-forever", "--no-expiry")
+    assert ApiKey.objects.get(name="cli-forever").expires_at is None
+    with pytest.raises(CommandError, match="too far away"):
+        call_command("create_api_key", "ta", "--name", "cli-long", "--expires", "31d")
+    with pytest.raises(CommandError):
+        call_command("create_api_key", "ta", "--expires", "1d", "--no-expiry")
+
+
+def test_revoke_api_key_revokes_every_key_one_maker_made(client, world):
+    call_command("create_api_key", "ta", "--name", "cli-made")
+    call_command("revoke_api_key", "--tenant", "ta", "--made-by", "command:create_api_key")
+    assert ApiKey.objects.get(name="cli-made").revoked_at is not None
+    assert ApiKey.objects.filter(revoked_at__isnull=True, tenant__slug="ta").count() == 5  # the world's own
 
 
 # --- the issuer and its tokens --------------------------------------------------------------

@@ -24,7 +24,8 @@ _turns = itertools.count()
 
 def test_the_document_holds_every_operation_of_the_tenant_api():
     operations = {(op.method.upper(), op.path) for result in schema.get_all_operations() for op in [result.ok()]}
-    assert len(operations) == 37
+    assert len(operations) == 38
+    assert ("POST", "/api/v1/tenants/{slug}/keys/revoke/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/deliveries/{id}/retry/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/redispatch/") in operations

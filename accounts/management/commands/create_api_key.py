@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.models import Agent
-from accounts.services import AccountError, api_key_create
+from accounts.services import AccountError, api_key_create, made_by_command
 
 from ._args import dumps, tenant_or_error, when
 
@@ -20,7 +20,15 @@ class Command(BaseCommand):
         parser.add_argument(
             "--agent", action="append", default=[], metavar="SLUG", help="limit the key to this agent (repeatable)"
         )
-        parser.add_argument("--expires", help="when it stops working: 30d, 12h, 90m, or an ISO 8601 time")
+        lifetime = parser.add_mutually_exclusive_group()
+        lifetime.add_argument(
+            "--expires",
+            help="when it stops working: 30d, 12h, 90m, or an ISO 8601 time, at most API_KEY_MAX_LIFETIME away "
+            "(default: API_KEY_DEFAULT_LIFETIME from now)",
+        )
+        lifetime.add_argument(
+            "--no-expiry", action="store_true", help="the key never expires (only this command makes such a key)"
+        )
         parser.add_argument(
             "--management-role",
             default="",
@@ -30,7 +38,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print a JSON object")
 
-    def handle(self, *args, tenant, name, principal, agent, expires, management_role, **options):
+    def handle(self, *args, tenant, name, principal, agent, expires, no_expiry, management_role, **options):
         found = tenant_or_error(tenant)
         agents = list(Agent.objects.filter(tenant=found, slug__in=agent))
         missing = sorted(set(agent) - {a.slug for a in agents})
@@ -43,7 +51,9 @@ class Command(BaseCommand):
                 principal=principal,
                 agents=agents,
                 expires_at=when(expires) if expires else None,
+                never_expires=no_expiry,
                 management_role=management_role,
+                made_by=made_by_command("create_api_key"),
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from None
@@ -55,6 +65,7 @@ class Command(BaseCommand):
                 "agents": sorted(a.slug for a in agents),
                 "expires_at": key.expires_at,
                 "management_role": key.management_role,
+                "made_by": key.made_by,
                 "api_key": plaintext,
             }
             self.stdout.write(dumps(summary))

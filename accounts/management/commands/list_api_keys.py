@@ -13,14 +13,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("tenant", help="tenant slug")
         parser.add_argument("--all", action="store_true", help="include revoked and expired keys")
+        parser.add_argument("--made-by", metavar="MAKER", help="only the keys this maker made (exactly, as made_by)")
         parser.add_argument("--json", action="store_true", help="print one JSON object per line")
 
-    def handle(self, *args, tenant, **options):
+    def handle(self, *args, tenant, made_by, **options):
         found = tenant_or_error(tenant)
         now = timezone.now()
         keys = ApiKey.objects.filter(tenant=found).prefetch_related(
             Prefetch("agents", queryset=Agent.objects.only("id", "slug"))
         )
+        if made_by is not None:
+            keys = keys.filter(made_by=made_by)
         for key in keys:
             state = "revoked" if key.revoked_at else "expired" if key.expires_at and key.expires_at <= now else "active"
             if state != "active" and not options["all"]:
@@ -33,6 +36,7 @@ class Command(BaseCommand):
                 "created_at": key.created_at,
                 "expires_at": key.expires_at,
                 "last_used_at": key.last_used_at,
+                "made_by": key.made_by,
                 "state": state,
             }
             if options["json"]:
@@ -42,4 +46,5 @@ class Command(BaseCommand):
                 last = key.last_used_at.isoformat(timespec="seconds") if key.last_used_at else "never"
                 self.stdout.write(
                     f"{key.prefix}  {state:8} {key.name:20} {key.principal:24} agents={agents}  last used {last}"
+                    f"  made by {key.made_by or 'unknown'}"
                 )

@@ -8,7 +8,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from accounts.services import agent_ensure, api_key_keep, superuser_ensure, tenant_ensure
+from accounts.services import agent_ensure, api_key_keep, made_by_command, superuser_ensure, tenant_ensure
 
 TEXT = ["text/plain"]
 DEMO_KEY_NAME = "demo"
@@ -160,7 +160,9 @@ class Command(BaseCommand):
             for slug, spec in DEMO_AGENTS.items()
         }
         known = _read(key_file)
-        _, plaintext = api_key_keep(tenant=tenant, name=DEMO_KEY_NAME, principal="demo", plaintext=known)
+        _, plaintext = api_key_keep(
+            tenant=tenant, name=DEMO_KEY_NAME, principal="demo", plaintext=known, made_by=made_by_command("seed_demo")
+        )
         if key_file is not None and plaintext != known:
             _keep(key_file, plaintext)
         summary: dict[str, Any] = {
