@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("accounts", "0010_tenant_api_roles_executors"),
+        ("accounts", "0011_agent_extended_card_checked"),
     ]
 
     operations = [
