@@ -7,8 +7,8 @@ from typing import Any
 from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
 from groups.models import SHOWN_FIELDS, GroupMembership, GroupTask
 from push.models import PushConfig, PushDelivery
-from tasks_app.models import Task
 from tasks_app.lifecycle import EventKind
+from tasks_app.models import Task
 from tasks_app.selectors import FailureShown, Timeline
 
 
@@ -149,7 +149,9 @@ def timeline(found: Timeline, *, reasons: bool) -> list[dict[str, Any]]:
         payload = e.payload
         if not reasons and e.kind == EventKind.STATUS and _reason_unseen_by_client(payload):
             payload = {k: v for k, v in payload.items() if k != "reason"}
-        entries.append(((e.created_at, 1, e.seq), {"kind": e.kind, "seq": e.seq, "at": e.created_at, "payload": payload}))
+        entries.append(
+            ((e.created_at, 1, e.seq), {"kind": e.kind, "seq": e.seq, "at": e.created_at, "payload": payload})
+        )
     entries.sort(key=lambda pair: pair[0])
     return [entry for _, entry in entries]
 

@@ -69,7 +69,9 @@ def test_an_owner_claims_no_spelling_of_a_special_address_or_of_localhost(owner,
     assert not AgentHost.objects.exists()
 
 
-def test_a_superuser_binds_a_loopback_address_but_never_a_name_allowed_hosts_matches(admin_client, echo_agent, settings):
+def test_a_superuser_binds_a_loopback_address_but_never_a_name_allowed_hosts_matches(
+    admin_client, echo_agent, settings
+):
     settings.ALLOWED_HOSTS = ["testserver", ".platform.example"]
     page = post_hosts(admin_client, echo_agent, {"host": "X.Platform.Example.", "card_version": ""})
     assert "x.platform.example is one of this server&#x27;s own names" in page.content.decode()

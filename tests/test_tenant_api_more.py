@@ -265,23 +265,35 @@ def test_every_name_allowed_hosts_matches_is_the_server_s_wildcards_included(cli
     for host in ("platform.example", "x.platform.example", "X.Platform.Example.:443", "a.b.platform.example"):
         status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": host})
         assert status == 400 and "this server's own names" in body["errors"]["host"][0], (host, body)
-    status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "xplatform.example"})
+    status, body = api(
+        client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "xplatform.example"}
+    )
     assert status == 201, body
 
 
 def test_with_every_host_allowed_the_public_base_url_s_name_and_loopback_stay_the_server_s(client, world, settings):
     settings.ALLOWED_HOSTS = ["*"]
     settings.PUBLIC_BASE_URL = "https://agents.platform.example"
-    for host in ("agents.platform.example", "AGENTS.Platform.Example.", "localhost", "[::1]:8000", "[::ffff:127.0.0.1]"):
+    for host in (
+        "agents.platform.example",
+        "AGENTS.Platform.Example.",
+        "localhost",
+        "[::1]:8000",
+        "[::ffff:127.0.0.1]",
+    ):
         status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": host})
         assert status == 400, (host, body)
-    status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "tenant.example"})
+    status, body = api(
+        client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "tenant.example"}
+    )
     assert status == 201, body
 
 
 def test_a_public_ipv6_claim_is_verified_by_its_name_and_409_only_when_another_proved_it(client, world, monkeypatch):
     found = {"ok": False}
-    proof = DomainProof(check=lambda host, token, method: ProofOutcome(found["ok"], f"looked at {host}"), instructions=lambda h, t: {})
+    proof = DomainProof(
+        check=lambda host, token, method: ProofOutcome(found["ok"], f"looked at {host}"), instructions=lambda h, t: {}
+    )
     monkeypatch.setattr(host_services, "_proof", proof)
     owner, name = world.a.keys["owner"], "2606:4700:4700::1111"
     status, body = api(client, "POST", url(world, "agents/echo/hosts/"), owner, {"host": f"[{name.upper()}]:443"})
