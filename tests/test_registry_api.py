@@ -654,6 +654,8 @@ def test_a_proof_over_http_on_an_unprivileged_port_is_shown_as_that_host_and_por
     )
     proven = owner.post(f"{AGENTS}{entry['id']}/verify/", {"method": "http"}).json()
     assert proven["verified"] is True and f"{HOST}:{site.port} is proven, not the domain" in proven["detail"]
+    reasons = [d["reason"] for d in owner.get(f"{AGENTS}{entry['id']}/").json()["decisions"]]
+    assert any(r.startswith(f"{HOST}:{site.port} proven (") for r in reasons), reasons
     approve = {"to": "approved", "reason": "looks right", "version_hash": entry["versions"][0]["hash"]}
     assert curator.post(f"{AGENTS}{entry['id']}/transition/", approve).status_code == 200
     trust = anon.get(f"{AGENTS}{entry['id']}/").json()["trust"]

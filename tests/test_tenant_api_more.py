@@ -307,6 +307,19 @@ def test_a_public_ipv6_claim_is_verified_by_its_name_and_409_only_when_another_p
     assert api(client, "GET", url(world, f"agents/echo/hosts/[{name}]/"), owner)[0] == 200
 
 
+def test_a_claim_withdrawn_while_it_is_verified_is_404_not_another_agent_s_409(client, world, monkeypatch):
+    def withdrawn_meanwhile(host: str, token: str, method: str) -> ProofOutcome:
+        AgentHost.objects.filter(host=host).delete()  # its owner removed it while the proof was looked for
+        return ProofOutcome(False, "nothing found")
+
+    proof = DomainProof(check=withdrawn_meanwhile, instructions=lambda h, t: {})
+    monkeypatch.setattr(host_services, "_proof", proof)
+    owner = world.a.keys["owner"]
+    api(client, "POST", url(world, "agents/echo/hosts/"), owner, {"host": HOST})
+    status, body = api(client, "POST", url(world, f"agents/echo/hosts/{HOST}/verify/"), owner, {"method": "dns"})
+    assert status == 404 and "another agent" not in orjson.dumps(body).decode(), body
+
+
 # --- AIP group memberships ------------------------------------------------------------------
 
 
