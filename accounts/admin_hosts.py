@@ -21,6 +21,9 @@ from .services import AccountError
 
 
 class AgentHostForm(forms.ModelForm):
+    # An owner's new name is a claim; the inline makes a superuser's form the operator's binding.
+    claim = True
+
     class Meta:
         model = AgentHost
         fields = ("host", "card_version")
@@ -29,7 +32,7 @@ class AgentHostForm(forms.ModelForm):
         if self.instance.pk:
             return self.instance.host
         try:
-            return host_check(self.cleaned_data.get("host") or "")
+            return host_check(self.cleaned_data.get("host") or "", claim=self.claim)
         except AccountError as exc:
             raise forms.ValidationError(str(exc)) from None
 
@@ -44,6 +47,10 @@ class AgentHostInline(TenantScopedTabularInline):
     readonly_fields = ("state",)
     verbose_name = "host name"
     verbose_name_plural = "host names (the agent's card and endpoints at the root of each; docs/tenancy.md)"
+
+    def get_formset(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        kwargs["form"] = type("AgentHostForm", (AgentHostForm,), {"claim": not is_superuser(request)})
+        return super().get_formset(request, obj, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         # A name is bound or dropped, not renamed; its root's card follows the same service.

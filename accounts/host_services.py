@@ -11,6 +11,7 @@ exactly the name it was made for, as the registry's does: proving `example.com` 
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from .hosts import host_name, is_own_host
+from outbound import ssrf
+
+from .hosts import host_name, is_loopback_name, is_own_host, is_server_name
 from .models import Agent, AgentHost, HostProof, RootCard
 from .services import AccountError
 
@@ -47,13 +50,32 @@ def register_domain_proof(proof: DomainProof) -> None:
     _proof = proof
 
 
-def host_check(host: str) -> str:
-    """The name `host` stands for, if it may be bound (AccountError says why not): forms call this too."""
+def host_check(host: str, *, claim: bool = True) -> str:
+    """The name `host` stands for, if it may be bound (AccountError says why not): forms call this too.
+
+    Compared as a request carries it (accounts.hosts.host_name: lower case, IDNA, no final dot
+    or port, an IPv4-mapped IPv6 address as its IPv4). Never one of the server's own names
+    (ALLOWED_HOSTS' entries, `.domain` patterns included, and PUBLIC_BASE_URL's host). A tenant's
+    `claim` is refused this machine's names too (`localhost`, `*.localhost`) and any IP address
+    but a public one: the special ranges (loopback, unspecified, private, link-local, multicast,
+    reserved, and v4-mapped or NAT64 forms of them; outbound.ssrf's table) name this machine or
+    a network behind it, never a tenant's. The operator's binding (`claim=False`) may bind those."""
     name = host_name(host) if isinstance(host, str) else None
     if name is None:
         raise AccountError(f"{str(host)[:100]!r} is not a host name (a DNS name or an IP address, without a path)")
-    if is_own_host(name):
+    if is_own_host(name) or is_server_name(name):
         raise AccountError(f"{name} is one of this server's own names (ALLOWED_HOSTS): it serves every agent by path")
+    if not claim:
+        return name
+    if is_loopback_name(name):
+        raise AccountError(f"{name} names this machine (RFC 6761): it cannot be claimed")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    refusal = ssrf.address_refusal(address)
+    if refusal is not None:
+        raise AccountError(f"{name} is {refusal}: only a public address or a DNS name can be claimed")
     return name
 
 
@@ -82,7 +104,7 @@ def host_bind(*, agent: Agent, host: str, card_version: str = "", by: Any = None
     """The operator's binding: `agent` answers at the root of `host` from the next request on,
     with no proof asked (idempotent; a pending claim of the agent's is bound). `card_version`:
     the card a request naming no version gets there (RootCard)."""
-    name, card_version = host_check(host), _card_version(card_version)
+    name, card_version = host_check(host, claim=False), _card_version(card_version)
     user = by if getattr(by, "pk", None) else None
     try:
         with transaction.atomic():

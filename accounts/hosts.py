@@ -2,7 +2,8 @@
 names"): the name as a request carries it, read once, and the lookup of the bound names.
 
 Every request asks, so the lookup costs no statement on the server's own names (those
-ALLOWED_HOSTS lists exactly, and PUBLIC_BASE_URL's): they are never bound. Any other name is
+ALLOWED_HOSTS lists exactly, and PUBLIC_BASE_URL's): they are never bound, nor is a name an
+ALLOWED_HOSTS `.domain` matches (`is_server_name`, which claims and bindings are refused). Any other name is
 looked up in a per-process copy of every binding, read in one statement and kept while
 `changes` hears of every change (a binding's save or delete, an agent's), at most
 AUTH_CACHE_SECONDS; without that (no Redis, or the cache off) each lookup reads the one row.
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 
 import idna
 from django.conf import settings
+from django.utils.http import is_same_domain
 
 from . import changes
 from .models import AgentHost
@@ -42,7 +44,8 @@ class Bound:
 def host_name(raw: str) -> str | None:
     """The host name `raw` (a Host header: `Name:port`, `[v6]:port`, or a name as typed) names:
     lower-case, IDNA-encoded (`bücher.example` is `xn--bcher-kva.example`), without port or
-    final dot; an IP literal as its canonical text (no brackets). None for anything else."""
+    final dot; an IP literal as its canonical text (no brackets; an IPv4-mapped IPv6 address as
+    its IPv4 address). None for anything else."""
     if not isinstance(raw, str) or not raw or len(raw) > HOST_LENGTH + 8:
         return None
     host = raw.strip().lower()
@@ -50,10 +53,9 @@ def host_name(raw: str) -> str | None:
         inside, bracket, rest = host[1:].partition("]")
         if not bracket or (rest and not _is_port(rest[1:]) or (rest and rest[0] != ":")):
             return None
-        try:
-            return str(ipaddress.IPv6Address(inside))
-        except ValueError:
-            return None
+        return _ipv6(inside)
+    if host.count(":") > 1:  # a bare IPv6 address, as stored and as a URL's path names it
+        return _ipv6(host)
     name, colon, port = host.rpartition(":")
     if colon:
         if not _is_port(port):
@@ -71,12 +73,25 @@ def host_name(raw: str) -> str | None:
             host = idna.encode(host, uts46=True).decode("ascii")
         except (idna.IDNAError, UnicodeError, ValueError):
             return None
+        try:  # full-width digits map to an address
+            return str(ipaddress.IPv4Address(host))
+        except ValueError:
+            pass
     labels = host.split(".")
     if len(host) > HOST_LENGTH or not all(_is_label(label) for label in labels):
         return None
     if labels[-1].isdigit():  # 1.2.3 is no name, and no address either
         return None
     return host
+
+
+def _ipv6(text: str) -> str | None:
+    try:
+        address = ipaddress.IPv6Address(text)
+    except ValueError:
+        return None
+    # ::ffff:127.0.0.1 is 127.0.0.1, one name in two spellings.
+    return str(address.ipv4_mapped or address)
 
 
 def _is_port(text: str) -> bool:
@@ -94,6 +109,24 @@ def own_hosts() -> frozenset[str]:
     if settings.PUBLIC_BASE_URL:
         names.add(host_name(urlsplit(settings.PUBLIC_BASE_URL).netloc))
     return frozenset(n for n in names if n)
+
+
+def is_server_name(name: str) -> bool:
+    """Whether the server answers on `name` (a normalised name) as itself: one of `own_hosts`,
+    or a name an ALLOWED_HOSTS pattern `.domain` matches (Django's `is_same_domain`). `*` names
+    nothing here: with it, the server's own are PUBLIC_BASE_URL's host and the exact entries."""
+    if name in own_hosts():
+        return True
+    for pattern in settings.ALLOWED_HOSTS:
+        if isinstance(pattern, str) and pattern.startswith(".") and (base := host_name(pattern[1:])):
+            if is_same_domain(name, f".{base}"):
+                return True
+    return False
+
+
+def is_loopback_name(name: str) -> bool:
+    """`localhost` and the names below it (RFC 6761): this machine, whatever DNS says."""
+    return name == "localhost" or name.endswith(".localhost")
 
 
 class _Bindings:

@@ -70,6 +70,7 @@ class EntryAdmin(TenantScopedAdmin):
         "kind",
         "state",
         "domain_proven",
+        "proven",
         "signed",
         "health",
         "provider",
@@ -121,7 +122,12 @@ class EntryAdmin(TenantScopedAdmin):
 
     @admin.display(description="domain proven", boolean=True)
     def domain_proven(self, entry: Entry) -> bool:
-        return entry.domain_verified_at is not None
+        return entry.domain_proven
+
+    @admin.display(description="proven")
+    def proven(self, entry: Entry) -> str:
+        # An http proof on another port than 443, or over plain http, proves only that host:port.
+        return entry.proven or "-"
 
     @admin.display(description="open flags", ordering="flag_count")
     def open_flags(self, entry: Entry) -> int:

@@ -81,8 +81,10 @@ def claims_for(entry: Entry, *, results: list[ConformanceResult], at: datetime, 
             "signed": entry.signed,
             "signing_kid": entry.signing_kid or None,
         },
-        "domain": {
-            "name": entry.domain,
+        # A proof of one host:port (the well-known file over http or another port) is stated as
+        # that, never as the domain: a verifier reading `domain` reads only a proven domain.
+        ("domain" if entry.domain_proven else "host_port"): {
+            "name": entry.proven,
             "method": entry.domain_verified_by,
             "proven_at": _iso(entry.domain_verified_at),
             "last_found_at": _iso(entry.proof_checked_at or entry.domain_verified_at),

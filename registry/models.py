@@ -16,6 +16,8 @@ from django.db.models import Q
 
 from accounts.models import Agent, Tenant
 
+from . import proofs
+
 URL_LENGTH = 2048
 HASH_LENGTH = 64  # sha256, hex
 
@@ -169,6 +171,24 @@ class Entry(models.Model):
     @property
     def is_listed(self) -> bool:
         return self.approved_version_id is not None and self.state in LISTED_STATES
+
+    @property
+    def proven(self) -> str:
+        """What the entry's proof shows control of ("" while unproven): its domain, or only
+        `host:port` (the well-known file over plain http or on a port other than 443)."""
+        if self.domain_verified_at is None:
+            return ""
+        try:
+            return proofs.proven_name(card_url=self.card_url, method=self.domain_verified_by)
+        except ValueError:
+            return self.domain
+
+    @property
+    def domain_proven(self) -> bool:
+        """Whether control of the card's whole domain is proven (DNS, https on 443, hosted)."""
+        return self.domain_verified_at is not None and proofs.covers_domain(
+            card_url=self.card_url, method=self.domain_verified_by
+        )
 
 
 class CardVersion(models.Model):

@@ -5,7 +5,11 @@ URL's host, and the registry looks:
 
 - **http**: the file `/.well-known/agentserver-verification.txt` on that host, with the card
   URL's scheme and port, holding the line `agentserver-verification=<token>` (other lines may
-  be there too: one file can prove several submitters). Fetched through the address guard
+  be there too: one file can prove several submitters). It proves the domain only over https on
+  port 443, where only the host's own server answers with a certificate for the name; over plain
+  http or on another port it proves that host and port (`host:port`) and no more: any user of a
+  shared host can listen on an unprivileged port, and plain http can be answered by whoever is
+  on the path (`covers_domain`, `proven_name`). Fetched through the address guard
   (outbound.ssrf, outbound.client): the submitter chooses the host, so it must be public; no
   redirect is followed (a host that only redirects has not published the file) and at most
   MAX_BODY bytes are read.
@@ -140,6 +144,29 @@ def well_known_url(card_url: str) -> str:
     return urlunsplit((scheme, _authority(normalise_host(host), port), WELL_KNOWN_PATH, "", ""))
 
 
+def covers_domain(*, card_url: str, method: str) -> bool:
+    """Whether a proof found by `method` shows control of the card URL's whole domain: a DNS
+    record does; the well-known file only when read over https on port 443."""
+    if method != "http":
+        return True
+    try:
+        scheme, _host, port = _split(card_url)
+    except ValueError:
+        return False
+    return scheme == "https" and port in (None, 443)
+
+
+def proven_name(*, card_url: str, method: str) -> str:
+    """What a proof found by `method` shows control of: the domain (`example.com`), or, for the
+    well-known file over plain http or on a port other than 443, that host and port only
+    (`example.com:8080`, `example.com:80`). ValueError for a card URL with no usable host."""
+    scheme, host, port = _split(card_url)
+    domain = normalise_host(host)
+    if covers_domain(card_url=card_url, method=method):
+        return domain
+    return _authority(domain, port if port is not None else (443 if scheme == "https" else 80))
+
+
 def dns_name(domain: str) -> str:
     return f"{DNS_LABEL}.{domain}"
 
@@ -149,7 +176,9 @@ def instructions(*, card_url: str, token: str) -> dict[str, str]:
     usable host):
 
     - `domain`: the domain being proven;
-    - `http_url`, `http_content`: the file to serve (as text/plain) and its line;
+    - `http_url`, `http_content`: the file to serve (as text/plain) and its line; `http_proves`,
+      what that file proves when it is not the domain (`host:port`: plain http or a port other
+      than 443);
     - `dns_name`, `dns_type` ("TXT"), `dns_value`: the record to publish, or, for a card
       URL whose host is an IP address, `dns_unavailable` saying why there is none.
     """
@@ -157,6 +186,8 @@ def instructions(*, card_url: str, token: str) -> dict[str, str]:
     domain = domain_of(card_url)
     line = TOKEN_PREFIX + token
     steps = {"domain": domain, "http_url": well_known_url(card_url), "http_content": line}
+    if not covers_domain(card_url=card_url, method="http"):
+        steps["http_proves"] = f"{proven_name(card_url=card_url, method='http')} only, not the domain {domain}"
     if is_ip_literal(domain):
         steps["dns_unavailable"] = _ip_has_no_dns(domain)
     else:
@@ -225,7 +256,13 @@ def check_http(*, card_url: str, token: str, timeout: float | None = None) -> Pr
         lines.pop()  # the last line read may be cut short
     expected = TOKEN_PREFIX + token
     if any(line.strip() == expected for line in lines):
-        return ProofResult(ok=True, method="http", detail=f"found the token at {url}")
+        detail = f"found the token at {url}"
+        if not covers_domain(card_url=card_url, method="http"):
+            detail += (
+                f": {proven_name(card_url=card_url, method='http')} is proven, not the domain "
+                "(only https on port 443, or a DNS record, proves the domain)"
+            )
+        return ProofResult(ok=True, method="http", detail=detail)
     detail = f"the file at {url} does not hold the line {expected}"
     if response.truncated:
         detail += f" within its first {MAX_BODY} bytes (no more is read)"

@@ -29,6 +29,7 @@ from .models import (
     Flag,
     Health,
     HealthCheck,
+    ProofMethod,
     State,
 )
 
@@ -125,6 +126,19 @@ def facet_value(kind: str, value: str) -> str:
     return value.upper() if kind == FacetKind.BINDING else value.lower()
 
 
+# A card URL over https on port 443 (or none given), as Postgres reads it: proofs.covers_domain's
+# test of an http proof. A URL with user information is taken as not covering the domain.
+_HTTPS_443 = r"^[Hh][Tt][Tt][Pp][Ss]://(\[[0-9A-Fa-f:.]+\]|[^]/?#:@[]+)(:0*443)?([/?#]|$)"
+
+
+def domain_proven() -> Q:
+    """Entries whose card's whole domain is proven (Entry.domain_proven): by DNS, by hosting,
+    or by the well-known file over https on 443; never one proven on another port or over http."""
+    return Q(domain_verified_at__isnull=False) & (
+        ~Q(domain_verified_by=ProofMethod.HTTP) | Q(card_url__regex=_HTTPS_443)
+    )
+
+
 def entry_search(search: Search, *, base: QuerySet[Entry] | None = None) -> QuerySet[Entry]:
     """Entries matching `search`, annotated with `rank` (an integer: relevance times 10^6)
     and ordered for keyset paging: (-rank, -id) or (-listed_at, -id)."""
@@ -138,7 +152,7 @@ def entry_search(search: Search, *, base: QuerySet[Entry] | None = None) -> Quer
     if search.provider.strip():
         qs = qs.filter(provider__iexact=search.provider.strip())
     if search.verified is not None:
-        qs = qs.filter(domain_verified_at__isnull=not search.verified)
+        qs = qs.filter(domain_proven()) if search.verified else qs.exclude(domain_proven())
     if search.signed is not None:
         qs = qs.filter(signed=search.signed)
     if search.healthy is not None:

@@ -400,7 +400,7 @@ def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.Proo
                     locked,
                     to=State.PENDING,
                     actor=actor,
-                    reason=f"domain {locked.domain} proven ({result.detail}); submitted for review",
+                    reason=f"{_proven_what(locked)} proven ({result.detail}); submitted for review",
                     version=locked.current_version,
                     at=now,
                 )
@@ -414,6 +414,11 @@ def entry_verify_domain(*, entry: Entry, method: str, actor: Any) -> proofs.Proo
         )
     entry.refresh_from_db()
     return result
+
+
+def _proven_what(entry: Entry) -> str:
+    # The well-known file over plain http or another port than 443 proves a host:port, not the domain.
+    return f"domain {entry.domain}" if entry.domain_proven else entry.proven
 
 
 _EXPIRED = "this draft expired (its domain was not proven in time, or another submission proved it first)"

@@ -373,6 +373,39 @@ def failure_reason(task: Task) -> str:
     return status_reason(task.pk)
 
 
+# The reason quotes what an endpoint answered; operators read this much of it.
+FAILURE_REASON_SHOWN = 4000
+# Executors write the status code of an endpoint's answer in their own words, before its body.
+_ANSWERED = re.compile(r"answered HTTP (\d{3})\b")
+
+
+@dataclass(frozen=True)
+class FailureShown:
+    """A failed task's failure, by who may read what (docs/api.md, "Failure detail by role")."""
+
+    kind: str  # lifecycle.Failure
+    status_code: int | None  # of the endpoint's answer, when one failed the task
+    message: str  # what the task's client reads (its status message): no endpoint's words
+    reason: str  # the server's full reason (bounded), quoting the endpoint: operators and up
+
+
+def failure_shown(task: Task) -> FailureShown | None:
+    """What failed `task` (None when it did not fail)."""
+    if task.state != TaskState.FAILED:
+        return None
+    last = StatusChange.objects.filter(task_id=task.pk).select_related("message").order_by("-id").first()
+    reason = last.reason if last is not None else ""
+    message = P.plain_text(last.message.parts) if last is not None and last.message is not None else ""
+    # Read from the client's text first: the reason's quoted body could say "answered HTTP" too.
+    found = _ANSWERED.search(message) or _ANSWERED.search(reason)
+    return FailureShown(
+        kind=task.failure,
+        status_code=int(found.group(1)) if found else None,
+        message=message,
+        reason=reason[:FAILURE_REASON_SHOWN],
+    )
+
+
 # --- the event log, as streams read it ---------------------------------------------------
 
 

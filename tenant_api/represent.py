@@ -7,8 +7,9 @@ from typing import Any
 from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
 from groups.models import SHOWN_FIELDS, GroupMembership, GroupTask
 from push.models import PushConfig, PushDelivery
+from tasks_app.lifecycle import EventKind
 from tasks_app.models import Task
-from tasks_app.selectors import Timeline
+from tasks_app.selectors import FailureShown, Timeline
 
 
 def tenant(found: Tenant, role: str) -> dict[str, Any]:
@@ -107,9 +108,31 @@ def task(found: Task) -> dict[str, Any]:
     }
 
 
-def timeline(found: Timeline) -> list[dict[str, Any]]:
+def failure(found: FailureShown | None, *, reasons: bool) -> dict[str, Any]:
+    """A failure's kind, status code and the client's text for everyone; the server's reason,
+    which quotes the endpoint's answer, only with `reasons` (operators and up)."""
+    if found is None:
+        return {"failure_status_code": None, "failure_message": "", "failure_reason": ""}
+    return {
+        "failure_status_code": found.status_code,
+        "failure_message": found.message,
+        "failure_reason": found.reason if reasons else "",
+    }
+
+
+def _reason_unseen_by_client(payload: Any) -> bool:
+    # A status with a message gives its client the message, the reason only without one (an
+    # operator's cancel: AIP shows it), as protocols' codecs do; a viewer reads what a client does.
+    if not isinstance(payload, dict) or "reason" not in payload:
+        return False
+    message = payload.get("message")
+    return isinstance(message, dict) and bool(message.get("parts"))
+
+
+def timeline(found: Timeline, *, reasons: bool) -> list[dict[str, Any]]:
     """The page's events and the user messages that came with them, in the order they happened
-    (as the admin's task page shows them)."""
+    (as the admin's task page shows them); a status event's `reason` (the server's, which may quote an
+    endpoint) only with `reasons`, unless the task's client reads it too."""
     entries: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
     for m in found.messages:
         payload = {
@@ -124,8 +147,11 @@ def timeline(found: Timeline) -> list[dict[str, Any]]:
             ((m.created_at, 0, m.pk), {"kind": "message", "seq": None, "at": m.created_at, "payload": payload})
         )
     for e in found.events:
+        payload = e.payload
+        if not reasons and e.kind == EventKind.STATUS and _reason_unseen_by_client(payload):
+            payload = {k: v for k, v in payload.items() if k != "reason"}
         entries.append(
-            ((e.created_at, 1, e.seq), {"kind": e.kind, "seq": e.seq, "at": e.created_at, "payload": e.payload})
+            ((e.created_at, 1, e.seq), {"kind": e.kind, "seq": e.seq, "at": e.created_at, "payload": payload})
         )
     entries.sort(key=lambda pair: pair[0])
     return [entry for _, entry in entries]

@@ -119,6 +119,11 @@ def host_of(agent: Agent, host: str) -> AgentHost | None:
     return hosts_of(agent).filter(host=name or "").first()
 
 
+def host_proven_by_another(agent: Agent, name: str) -> bool:
+    """Whether another agent's claim of `name` (a stored, normalised name) was proven."""
+    return AgentHost.objects.filter(host=name, proven_at__isnull=False).exclude(agent=agent).exists()
+
+
 # --- keyset pages ---------------------------------------------------------------------------
 
 

@@ -329,7 +329,16 @@ class TimelineEntryOut(serializers.Serializer):
 
 
 class TaskDetailOut(TaskOut):
-    failure_reason = serializers.CharField(help_text="The full reason the server recorded for a failure.")
+    failure_status_code = serializers.IntegerField(
+        allow_null=True, help_text="The HTTP status of the endpoint's answer that failed it, if one did."
+    )
+    failure_message = serializers.CharField(
+        help_text="What the task's client reads about the failure (its status message; no endpoint's words)."
+    )
+    failure_reason = serializers.CharField(
+        help_text="The server's full reason for a failure, quoting what the endpoint answered (bounded): "
+        "operators and owners only, empty for viewers."
+    )
     metadata = serializers.JSONField()
     timeline = TimelineEntryOut(many=True)
     timeline_page = serializers.IntegerField()

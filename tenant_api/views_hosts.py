@@ -71,7 +71,8 @@ class HostsView(_AgentHostView):
         summary="Claim a host name for the agent (owners)",
         description="A pending claim with a fresh token: publish it as `instructions` say, then verify. Served "
         "nowhere until proven. Claiming a name the agent has already keeps it (and sets its `card_version`). "
-        "400 for what is no host name, one of this server's own names, or a name bound to another agent.",
+        "400 for what is no host name, one of this server's own names (any ALLOWED_HOSTS matches), `localhost` or "
+        "a name below it, an IP address that is not public, or a name bound to another agent.",
         request=s.HostClaimIn,
         responses={201: s.HostOut, **errors(400, 413, 429)},
     )
@@ -126,7 +127,9 @@ class HostVerifyView(_AgentHostView):
         if outcome.ok:
             log.info("host %s bound to %s by %s through the tenant API", binding.host, binding.agent, v["method"])
         fresh = selectors.host_of(binding.agent, binding.host)
-        if fresh is None:  # dropped meanwhile: another claim of the name was proven
-            raise Conflict(f"the claim of {binding.host} was dropped: another agent proved the name first")
+        if fresh is None:  # dropped meanwhile: another claim of the name was proven, or it was withdrawn
+            if selectors.host_proven_by_another(binding.agent, binding.host):
+                raise Conflict(f"the claim of {binding.host} was dropped: another agent proved the name first")
+            raise missing("host name of this agent")
         body = {"bound": fresh.proven_at is not None, "detail": outcome.detail, "host": _shown(fresh)}
         return Response(s.HostVerifyOut(body).data)

@@ -27,7 +27,6 @@ from push.models import DeliveryState, PushAttempt
 from tasks_app import selectors as task_selectors
 from tasks_app import services as task_services
 from tasks_app.errors import TaskNotCancelable, TaskNotFound
-from tasks_app.lifecycle import TaskState
 
 from . import represent, selectors
 from . import serializers as s
@@ -81,7 +80,8 @@ class TaskView(TenantView):
         tags=[TAG],
         summary="A task with its timeline",
         description="Its events and the user messages between them, oldest first, "
-        f"{TIMELINE_PAGE_SIZE} events a page (`timeline_page`); the full reason of a failure.",
+        f"{TIMELINE_PAGE_SIZE} events a page (`timeline_page`); a failure's kind, status code and the "
+        "client's text, and for operators and owners the server's full reason (quoting the endpoint's answer).",
         parameters=[s.TaskDetailQuery],
         responses={200: s.TaskDetailOut, **errors(400)},
     )
@@ -89,11 +89,13 @@ class TaskView(TenantView):
         task = self._task(request, task_id)
         v = query(s.TaskDetailQuery, request)
         timeline = task_selectors.task_timeline(task, page=v["timeline_page"], per_page=TIMELINE_PAGE_SIZE)
+        # The server's reasons quote what endpoints answered (a webhook's error body): operators'.
+        reasons = self.manager(request).may(Role.OPERATOR)
         body: dict[str, Any] = {
             **represent.task(task),
-            "failure_reason": task_selectors.failure_reason(task) if task.state == TaskState.FAILED else "",
+            **represent.failure(task_selectors.failure_shown(task), reasons=reasons),
             "metadata": task.metadata,
-            "timeline": represent.timeline(timeline),
+            "timeline": represent.timeline(timeline, reasons=reasons),
             "timeline_page": timeline.page,
             "timeline_pages": timeline.pages,
         }

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 
 from accounts import host_services
 from accounts.host_services import DomainProof, ProofOutcome, host_claim
 from accounts.models import AgentHost, Role
 from accounts.services import member_add
+from tests.host_spellings import RESERVED
 from tests.test_hosted_agent_config import form_for, hosts_inline
 
 pytestmark = pytest.mark.django_db
@@ -56,6 +59,25 @@ def test_the_servers_own_name_is_refused_in_the_form(admin_client, echo_agent):
     page = post_hosts(admin_client, echo_agent, {"host": "localhost", "card_version": ""})
     assert "one of this server&#x27;s own names" in page.content.decode()
     assert not AgentHost.objects.exists()
+
+
+@hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(host=RESERVED)
+def test_an_owner_claims_no_spelling_of_a_special_address_or_of_localhost(owner, echo_agent, host):
+    page = post_hosts(owner, echo_agent, {"host": host, "card_version": ""}).content.decode()
+    assert "cannot be claimed" in page or "can be claimed" in page or "own names" in page, host
+    assert not AgentHost.objects.exists()
+
+
+def test_a_superuser_binds_a_loopback_address_but_never_a_name_allowed_hosts_matches(
+    admin_client, echo_agent, settings
+):
+    settings.ALLOWED_HOSTS = ["testserver", ".platform.example"]
+    page = post_hosts(admin_client, echo_agent, {"host": "X.Platform.Example.", "card_version": ""})
+    assert "x.platform.example is one of this server&#x27;s own names" in page.content.decode()
+    assert not AgentHost.objects.exists()
+    post_hosts(admin_client, echo_agent, {"host": "[::ffff:127.0.0.2]", "card_version": ""})
+    assert AgentHost.objects.get().host == "127.0.0.2"  # the operator's machine, the operator's choice
 
 
 def test_a_name_is_unbound_by_deleting_its_row(admin_client, echo_agent):

@@ -305,6 +305,7 @@ def test_a_summary_says_what_the_entry_can_do_and_how_far_to_trust_it(anon, db):
         "output_modes": ["text/plain"],
         "security": ["apiKey"],
         "verified": True,
+        "proven": entry.domain,
         "verified_by": "http",
         "signed": True,
         "signing_kid": "key-7",
@@ -488,6 +489,7 @@ def test_the_detail_shows_the_card_versions_health_and_trust_and_no_history_to_t
     assert body["trust"] == {
         "domain": entry.domain,
         "verified": True,
+        "proven": entry.domain,
         "verified_by": "http",
         "verified_at": body["trust"]["verified_at"],
         "signed": True,
@@ -639,6 +641,49 @@ def test_a_submitted_entry_is_proven_reviewed_approved_and_then_listed(anon, as_
     assert approved.json()["state"] == "approved" and approved.json()["listed_at"]
     found = anon.get(AGENTS, q="route planner").json()["results"]
     assert [r["id"] for r in found] == [entry["id"]] and found[0]["verified_by"] == "http"
+
+
+def test_a_proof_over_http_on_an_unprivileged_port_is_shown_as_that_host_and_port_never_the_domain(
+    anon, as_, site, client
+):
+    owner, curator = as_("owner"), as_("curator")
+    entry = owner.post(AGENTS, {"url": site.url("/", host=HOST)}).json()
+    assert entry["proof"]["instructions"]["http_proves"] == f"{HOST}:{site.port} only, not the domain {HOST}"
+    site.serve(
+        proofs.WELL_KNOWN_PATH, entry["proof"]["instructions"]["http_content"].encode(), Content_Type="text/plain"
+    )
+    proven = owner.post(f"{AGENTS}{entry['id']}/verify/", {"method": "http"}).json()
+    assert proven["verified"] is True and f"{HOST}:{site.port} is proven, not the domain" in proven["detail"]
+    reasons = [d["reason"] for d in owner.get(f"{AGENTS}{entry['id']}/").json()["decisions"]]
+    assert any(r.startswith(f"{HOST}:{site.port} proven (") for r in reasons), reasons
+    approve = {"to": "approved", "reason": "looks right", "version_hash": entry["versions"][0]["hash"]}
+    assert curator.post(f"{AGENTS}{entry['id']}/transition/", approve).status_code == 200
+    trust = anon.get(f"{AGENTS}{entry['id']}/").json()["trust"]
+    assert (trust["domain"], trust["verified"], trust["proven"], trust["verified_by"]) == (
+        HOST,
+        False,
+        f"{HOST}:{site.port}",
+        "http",
+    )
+    (found,) = anon.get(AGENTS, q="route planner").json()["results"]
+    assert (found["verified"], found["proven"]) == (False, f"{HOST}:{site.port}")
+    assert anon.get(AGENTS, q="route planner", verified="true").json()["results"] == []
+    assert [r["id"] for r in anon.get(AGENTS, q="route planner", verified="false").json()["results"]] == [entry["id"]]
+    page = client.get(f"/registry/{entry['id']}/").content.decode()
+    assert "Domain not proven" in page and f"{HOST}:{site.port} proven" in page
+    listing = client.get("/registry/", {"q": "route planner"}).content.decode()
+    assert f"{HOST}:{site.port} proven" in listing and "Domain proven</li>" not in listing
+
+
+def test_a_proof_over_https_on_443_or_by_dns_proves_the_domain_in_search(db, anon):
+    https = make_entry(name="Https agent", card_url="https://a.example.test:443/card.json", approved=True)
+    dns = make_entry(name="Dns agent", card_url="http://b.example.test:8080/card.json", approved=True)
+    Entry.objects.filter(pk=dns.pk).update(domain_verified_by="dns")
+    port = make_entry(name="Port agent", card_url="https://c.example.test:8443/card.json", approved=True)
+    found = {r["id"]: r for r in anon.get(AGENTS, verified="true").json()["results"]}
+    assert set(found) == {https.pk, dns.pk}
+    assert (found[https.pk]["proven"], found[dns.pk]["proven"]) == ("a.example.test", "b.example.test")
+    assert [r["id"] for r in anon.get(AGENTS, verified="false").json()["results"]] == [port.pk]
 
 
 def test_submitting_an_invalid_card_is_400_with_its_problems_itemised(as_, site):

@@ -6,6 +6,7 @@ The agent is a fake A2A server on 127.0.0.1 (tests/card_server.py); nothing leav
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import jwt
 import orjson
@@ -54,7 +55,10 @@ def test_an_attestation_verifies_offline_with_the_published_jwks_and_says_what_w
     assert claims["exp"] - claims["iat"] == 86400
     assert claims["card"]["sha256"] == entry.approved_version.hash
     assert claims["card"]["url"] == entry.card_url and claims["card"]["version"] == 1
-    assert claims["domain"]["name"] == HOST and claims["domain"]["method"] == "http"
+    # The fake agent's proof is its well-known file over http on its port: that host:port is stated.
+    assert "domain" not in claims
+    assert claims["host_port"]["name"] == f"{HOST}:{urlsplit(entry.card_url).port}"
+    assert claims["host_port"]["method"] == "http"
     assert claims["entry"] == {"id": entry.pk, "kind": "remote", "state": "approved"}
     assert claims["health"]["state"] == entry.health
     assert claims["status"] == f"{attestations.issuer()}/registry/attestations/{claims['jti']}/"
@@ -70,6 +74,24 @@ def test_an_attestation_verifies_offline_with_the_published_jwks_and_says_what_w
     forged = jwt.utils.base64url_encode(orjson.dumps({**claims, "card": {**claims["card"], "sha256": "0" * 64}}))
     with pytest.raises(jwt.InvalidSignatureError):
         jwt.decode(f"{head}.{forged.decode()}.{signature}", key, algorithms=["ES256"])
+
+
+@pytest.mark.parametrize(
+    ("card_url", "method", "key", "name"),
+    [
+        ("https://a.example.test/card.json", "http", "domain", "a.example.test"),
+        ("https://a.example.test:8443/card.json", "http", "host_port", "a.example.test:8443"),
+        ("http://a.example.test/card.json", "http", "host_port", "a.example.test:80"),
+        ("http://a.example.test:8080/card.json", "dns", "domain", "a.example.test"),
+    ],
+)
+def test_an_attestation_states_the_domain_only_when_the_proof_proves_it(card_url, method, key, name):
+    entry = make_entry(card_url=card_url, approved=True)
+    Entry.objects.filter(pk=entry.pk).update(domain_verified_by=method)
+    entry.refresh_from_db()
+    claims = attestations.claims_for(entry, results=[], at=timezone.now(), jti="j")
+    assert claims[key]["name"] == name and claims[key]["method"] == method
+    assert {"domain", "host_port"} - {key} <= {"domain", "host_port"} - set(claims)
 
 
 def test_the_jwks_holds_the_directory_s_keys_only(client):

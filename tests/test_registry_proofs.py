@@ -61,10 +61,35 @@ def test_the_instructions_name_the_file_and_the_record_to_publish():
         "domain": "agents.example.com",
         "http_url": "https://agents.example.com:8443/.well-known/agentserver-verification.txt",
         "http_content": f"agentserver-verification={TOKEN}",
+        "http_proves": "agents.example.com:8443 only, not the domain agents.example.com",
         "dns_name": "_agentserver-verification.agents.example.com",
         "dns_type": "TXT",
         "dns_value": f"agentserver-verification={TOKEN}",
     }
+
+
+def test_the_instructions_for_a_card_over_https_on_443_say_nothing_of_a_port():
+    steps = proofs.instructions(card_url="https://agents.example.com:443/a/card.json", token=TOKEN)
+    assert "http_proves" not in steps and steps["domain"] == "agents.example.com"
+
+
+@pytest.mark.parametrize(
+    ("card_url", "method", "proven"),
+    [
+        ("https://Agents.Example.com/a/card.json", "http", "agents.example.com"),
+        ("https://agents.example.com:443/a", "http", "agents.example.com"),
+        ("https://agents.example.com:8443/a", "http", "agents.example.com:8443"),
+        ("http://agents.example.com/a", "http", "agents.example.com:80"),
+        ("http://agents.example.com:443/a", "http", "agents.example.com:443"),
+        ("http://agents.example.com:8080/a", "http", "agents.example.com:8080"),
+        ("https://[2001:db8::1]:8443/a", "http", "[2001:db8::1]:8443"),
+        ("http://agents.example.com:8080/a", "dns", "agents.example.com"),
+        ("https://agents.example.com/a", "hosted", "agents.example.com"),
+    ],
+)
+def test_an_http_proof_proves_the_domain_only_over_https_on_443(card_url, method, proven):
+    assert proofs.proven_name(card_url=card_url, method=method) == proven
+    assert proofs.covers_domain(card_url=card_url, method=method) is (":" not in proven.rpartition("]")[2])
 
 
 def test_the_instructions_for_a_card_on_an_ip_address_offer_only_the_file():
@@ -121,13 +146,15 @@ def test_a_token_the_registry_did_not_make_or_an_unknown_method_is_the_callers_m
 # --- http: the well-known file -----------------------------------------------------------
 
 
-def test_a_token_served_at_the_well_known_path_proves_the_domain(receiver, card_url):
+def test_a_token_served_at_the_well_known_path_over_http_on_a_port_proves_that_host_and_port_only(receiver, card_url):
     receiver.answer(file_answer("\ufeffsomeone-else=1", f"  agentserver-verification={TOKEN}  ", ""))
     result = proofs.check_http(card_url=card_url, token=TOKEN)
     assert result == proofs.ProofResult(
         ok=True,
         method="http",
-        detail=f"found the token at http://{HOST}:{receiver.port}/.well-known/agentserver-verification.txt",
+        detail=f"found the token at http://{HOST}:{receiver.port}/.well-known/agentserver-verification.txt: "
+        f"{HOST}:{receiver.port} is proven, not the domain "
+        "(only https on port 443, or a DNS record, proves the domain)",
     )
     (request,) = receiver.requests
     assert request.path == "/.well-known/agentserver-verification.txt"

@@ -14,12 +14,24 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from accounts.models import ApiKey, Membership, OidcIssuer
-from accounts.services import AccountError, agent_secret_generate, api_key_create, management_role_check
+from accounts.selectors import Principal
+from accounts.services import (
+    AccountError,
+    agent_secret_generate,
+    agent_secret_set,
+    api_key_create,
+    management_role_check,
+)
 from push.models import DeliveryState, PushConfig, PushDelivery
+from tasks_app import runner
+from tasks_app import services as task_services
+from tasks_app.domain import NewMessage
 from tasks_app.models import Task, TaskEvent
 from tasks_app.services import OPERATOR_CANCEL_REASON
+from tests.conftest import make_agent
 from tests.oidc_issuer import AUDIENCE, ISSUER, Issuer, token
 from tests.tenant_api_world import API, ROUTE_COUNT, api, build, host_of, routes
+from tests.webhook_endpoint import Endpoint, Reply
 
 ROLES = ["viewer", "operator", "owner"]
 RANK = {role: n for n, role in enumerate(ROLES)}
@@ -586,6 +598,35 @@ def test_a_task_is_read_with_its_timeline_and_canceled_once(client, world):
     assert read["timeline"][-1]["payload"].get("reason") == "enough"
     status, body = api(client, "POST", f"{API}/ta/tasks/{tid}/cancel/", world.a.keys["operator"])
     assert status == 409 and "already canceled" in body["detail"]
+
+
+SECRET_BODY = b"db error: password=hunter2 token=sk-live-4f9a2c"
+
+
+def test_a_viewer_reads_a_failure_s_kind_status_and_the_client_s_text_never_the_endpoint_s_body(client, world):
+    secret = agent_secret_generate()
+    endpoint = Endpoint(secret).start()
+    try:
+        endpoint.answer(Reply(500, "text/plain", [(0, SECRET_BODY)]))
+        agent = make_agent(world.a.objects["tenant"], "hook", "webhook", settings={"url": endpoint.url(), "retries": 0})
+        agent_secret_set(agent=agent, secret=secret)
+        message = NewMessage(message_id="m-hook", role="user", parts=[{"type": "text", "text": "hi"}])
+        task, _ = task_services.message_receive(agent=agent, principal=Principal("alice"), message=message)
+        assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "failed"
+    finally:
+        endpoint.stop()
+    path = f"{API}/ta/tasks/{task.pk}/"
+    status, seen = api(client, "GET", path, world.a.keys["viewer"])
+    assert status == 200 and seen["state"] == "failed"
+    assert (seen["failure"], seen["failure_status_code"]) == ("agent-error", 500)
+    assert seen["failure_message"] == "the agent's endpoint answered HTTP 500"
+    assert seen["failure_reason"] == ""
+    assert "hunter2" not in orjson.dumps(seen).decode() and "sk-live" not in orjson.dumps(seen).decode()
+    for role in ("operator", "owner"):
+        _, full = api(client, "GET", path, world.a.keys[role])
+        assert "password=hunter2 token=sk-live-4f9a2c" in full["failure_reason"]
+        assert full["failure_message"] == seen["failure_message"]
+        assert "hunter2" in orjson.dumps(full["timeline"]).decode()  # the status change's reason
 
 
 def test_a_cancel_without_a_reason_tells_the_client_an_operator_canceled_not_which_key(client, world):

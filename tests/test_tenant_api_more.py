@@ -17,6 +17,8 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from accounts import host_services
+from accounts.host_services import DomainProof, ProofOutcome
 from accounts.hosts import host_name
 from accounts.models import AgentHost
 from groups.models import GroupMembership
@@ -25,6 +27,7 @@ from tasks_app.lifecycle import TaskState
 from tasks_app.models import Message, Task
 from tasks_app.services import task_transition
 from tests.dns_server import DnsServer
+from tests.host_spellings import RESERVED
 from tests.tenant_api_world import API, FILE, api, build, host_of
 
 
@@ -247,6 +250,74 @@ def test_any_name_is_claimed_as_the_name_it_stands_for_or_refused_with_a_400(cli
         assert body["host"] == host_name(host)
     else:
         assert body["detail"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(host=RESERVED)
+def test_no_spelling_of_a_special_address_or_of_localhost_can_be_claimed(client, world, host):
+    status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": host})
+    assert status == 400 and body["errors"]["host"], (host, body)
+    assert AgentHost.objects.count() == 2  # the world's two claims
+
+
+def test_every_name_allowed_hosts_matches_is_the_server_s_wildcards_included(client, world, settings):
+    settings.ALLOWED_HOSTS = ["testserver", ".platform.example"]
+    for host in ("platform.example", "x.platform.example", "X.Platform.Example.:443", "a.b.platform.example"):
+        status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": host})
+        assert status == 400 and "this server's own names" in body["errors"]["host"][0], (host, body)
+    status, body = api(
+        client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "xplatform.example"}
+    )
+    assert status == 201, body
+
+
+def test_with_every_host_allowed_the_public_base_url_s_name_and_loopback_stay_the_server_s(client, world, settings):
+    settings.ALLOWED_HOSTS = ["*"]
+    settings.PUBLIC_BASE_URL = "https://agents.platform.example"
+    for host in (
+        "agents.platform.example",
+        "AGENTS.Platform.Example.",
+        "localhost",
+        "[::1]:8000",
+        "[::ffff:127.0.0.1]",
+    ):
+        status, body = api(client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": host})
+        assert status == 400, (host, body)
+    status, body = api(
+        client, "POST", url(world, "agents/echo/hosts/"), world.a.keys["owner"], {"host": "tenant.example"}
+    )
+    assert status == 201, body
+
+
+def test_a_public_ipv6_claim_is_verified_by_its_name_and_409_only_when_another_proved_it(client, world, monkeypatch):
+    found = {"ok": False}
+    proof = DomainProof(
+        check=lambda host, token, method: ProofOutcome(found["ok"], f"looked at {host}"), instructions=lambda h, t: {}
+    )
+    monkeypatch.setattr(host_services, "_proof", proof)
+    owner, name = world.a.keys["owner"], "2606:4700:4700::1111"
+    status, body = api(client, "POST", url(world, "agents/echo/hosts/"), owner, {"host": f"[{name.upper()}]:443"})
+    assert (status, body["host"]) == (201, name), body
+    verify = url(world, f"agents/echo/hosts/{name}/verify/")
+    status, body = api(client, "POST", verify, owner, {"method": "http"})
+    assert (status, body["bound"], body["detail"]) == (200, False, f"looked at {name}"), body
+    found["ok"] = True
+    status, body = api(client, "POST", verify, owner, {"method": "http"})
+    assert (status, body["bound"], body["host"]["host"]) == (200, True, name), body
+    assert api(client, "GET", url(world, f"agents/echo/hosts/[{name}]/"), owner)[0] == 200
+
+
+def test_a_claim_withdrawn_while_it_is_verified_is_404_not_another_agent_s_409(client, world, monkeypatch):
+    def withdrawn_meanwhile(host: str, token: str, method: str) -> ProofOutcome:
+        AgentHost.objects.filter(host=host).delete()  # its owner removed it while the proof was looked for
+        return ProofOutcome(False, "nothing found")
+
+    proof = DomainProof(check=withdrawn_meanwhile, instructions=lambda h, t: {})
+    monkeypatch.setattr(host_services, "_proof", proof)
+    owner = world.a.keys["owner"]
+    api(client, "POST", url(world, "agents/echo/hosts/"), owner, {"host": HOST})
+    status, body = api(client, "POST", url(world, f"agents/echo/hosts/{HOST}/verify/"), owner, {"method": "dns"})
+    assert status == 404 and "another agent" not in orjson.dumps(body).decode(), body
 
 
 # --- AIP group memberships ------------------------------------------------------------------

@@ -59,7 +59,7 @@ def listed_version(entry: Entry) -> CardVersion | None:
 def summary(entry: Entry, request: Request, *, ranked: bool = False) -> dict[str, Any]:
     version = listed_version(entry)
     index: dict[str, Any] = version.index if version is not None and isinstance(version.index, dict) else {}
-    verified = entry.domain_verified_at is not None
+    proven = entry.proven
     return {
         "id": entry.pk,
         "url": entry_url(request, entry.pk),
@@ -79,8 +79,9 @@ def summary(entry: Entry, request: Request, *, ranked: bool = False) -> dict[str
         "input_modes": _strings(index.get("input_modes")),
         "output_modes": _strings(index.get("output_modes")),
         "security": _strings(index.get("security_schemes")),
-        "verified": verified,
-        "verified_by": (entry.domain_verified_by or None) if verified else None,
+        "verified": entry.domain_proven,
+        "proven": proven or None,
+        "verified_by": (entry.domain_verified_by or None) if proven else None,
         "signed": entry.signed,
         "signing_kid": (entry.signing_kid or None) if entry.signed else None,
         "health": entry.health,
@@ -173,7 +174,7 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
     role = selectors.role_of(user, entry)
     shown = selectors.shown_version(entry, user=user)
     versions = selectors.versions_of(entry, user=user).only("entry_id", "number", "hash", "dialect", "fetched_at")
-    verified = entry.domain_verified_at is not None
+    proven = entry.proven
     data = summary(entry, request)
     data.update(
         {
@@ -202,8 +203,9 @@ def detail(entry: Entry, request: Request) -> dict[str, Any]:
             },
             "trust": {
                 "domain": entry.domain,
-                "verified": verified,
-                "verified_by": (entry.domain_verified_by or None) if verified else None,
+                "verified": entry.domain_proven,
+                "proven": proven or None,
+                "verified_by": (entry.domain_verified_by or None) if proven else None,
                 "verified_at": entry.domain_verified_at,
                 "signed": entry.signed,
                 "signing_kid": (entry.signing_kid or None) if entry.signed else None,

@@ -186,8 +186,15 @@ class EntrySummaryOut(serializers.Serializer):
     input_modes = _strings()
     output_modes = _strings()
     security = _strings("The security scheme types the card declares.")
-    verified = serializers.BooleanField(help_text="The submitter proved control of the card's domain.")
-    verified_by = serializers.CharField(allow_null=True, help_text="How: http, dns or hosted.")
+    verified = serializers.BooleanField(
+        help_text="The submitter proved control of the card's whole domain (not only a host:port: see `proven`)."
+    )
+    proven = serializers.CharField(
+        allow_null=True,
+        help_text="What the proof found shows control of: the domain (DNS, the well-known file over https on "
+        "443, or hosted here), or only `host:port` (the file over plain http or another port); null while unproven.",
+    )
+    verified_by = serializers.CharField(allow_null=True, help_text="How `proven` was proven: http, dns or hosted.")
     signed = serializers.BooleanField(help_text="The shown card carries a valid signature.")
     signing_kid = serializers.CharField(allow_null=True, help_text="The key id of that signature.")
     health = _choice(Health.choices)
@@ -255,8 +262,13 @@ class HostFlagOut(serializers.Serializer):
 
 
 class TrustOut(serializers.Serializer):
-    domain = serializers.CharField()
-    verified = serializers.BooleanField()
+    domain = serializers.CharField(help_text="The card URL's host.")
+    verified = serializers.BooleanField(help_text="Control of the whole domain is proven.")
+    proven = serializers.CharField(
+        allow_null=True,
+        help_text="What the proof found shows control of: the domain (DNS, the well-known file over https on "
+        "443, or hosted here), or only `host:port` (the file over plain http or another port); null while unproven.",
+    )
     verified_by = serializers.CharField(allow_null=True)
     verified_at = serializers.DateTimeField(allow_null=True)
     signed = serializers.BooleanField()
@@ -364,7 +376,9 @@ class VersionOut(serializers.Serializer):
 
 
 class VerifyOut(serializers.Serializer):
-    verified = serializers.BooleanField(help_text="Whether the token was found: the domain is proven.")
+    verified = serializers.BooleanField(
+        help_text="Whether the token was found (the domain is proven, or only host:port: `detail` says which)."
+    )
     method = serializers.CharField()
     detail = serializers.CharField(help_text="What was found, in a sentence.")
     state = _choice(State.choices, help_text="The entry's state now.")
