@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import Model, Prefetch, QuerySet
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -280,7 +280,7 @@ class AgentAdmin(TenantScopedAdmin):
 @admin.register(Membership)
 class MembershipAdmin(TenantScopedAdmin):
     tenant_field = "tenant"
-    add_role = change_role = delete_role = Role.OWNER
+    change_role = delete_role = Role.OWNER
     list_display = ("user", "tenant", "role", "created_at")
     list_filter = ("tenant", "role")
     list_select_related = ("tenant", "user")
@@ -290,9 +290,8 @@ class MembershipAdmin(TenantScopedAdmin):
         kwargs["form"] = MembershipChangeForm
         return super().get_form(request, obj, change, **kwargs)
 
-    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: Any = None) -> HttpResponse:
-        # A member is added by inviting them: they become one when they accept.
-        return HttpResponseRedirect(reverse("admin:accounts_membershipinvitation_add"))
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a member is invited (the invitations' page) and becomes one by accepting
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         # Members cannot leave a tenant without an owner: only a superuser could repair it.
@@ -380,12 +379,18 @@ class MembershipInvitationAdmin(TenantScopedAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: MembershipInvitation | None = None) -> Any:
         return () if obj is None else self.get_fields(request, obj)
 
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False  # an invitation is answered or revoked, never edited: invite again instead
+
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False  # revoked, never deleted: the action below
 
     def save_model(self, request: HttpRequest, obj: MembershipInvitation, form: Any, change: bool) -> None:
         inviter = request.user if isinstance(request.user, User) else None
-        made, token = membership_invite(tenant=obj.tenant, username=obj.username, role=obj.role, invited_by=inviter)
+        wanted = form.cleaned_data
+        made, token = membership_invite(
+            tenant=wanted["tenant"], username=wanted["username"], role=wanted["role"], invited_by=inviter
+        )
         obj.__dict__.update({k: v for k, v in made.__dict__.items() if k != "_state"})
         obj._state.adding = False
         link = request.build_absolute_uri(reverse("invitations:answer", args=[token]))

@@ -150,6 +150,7 @@ NAMED = [
     "agents/echo/hosts/{}/",
     "agents/echo/hosts/{}/verify/",
     "group-memberships/{}/",
+    "invitations/{}/",
 ]
 
 

@@ -24,13 +24,14 @@ _turns = itertools.count()
 
 def test_the_document_holds_every_operation_of_the_tenant_api():
     operations = {(op.method.upper(), op.path) for result in schema.get_all_operations() for op in [result.ok()]}
-    assert len(operations) == 37
+    assert len(operations) == 40
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/deliveries/{id}/retry/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/redispatch/") in operations
     assert ("GET", "/api/v1/tenants/{slug}/tasks/{task_id}/files/{source}/{ref}/{index}/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/agents/{agent}/hosts/{host}/verify/") in operations
     assert ("GET", "/api/v1/tenants/{slug}/group-memberships/{id}/") in operations
+    assert ("DELETE", "/api/v1/tenants/{slug}/invitations/{id}/") in operations
 
 
 @pytest.fixture
@@ -58,6 +59,8 @@ def test_no_request_gets_a_server_error_or_an_answer_the_document_does_not_descr
                 if "/deliveries/" in case.path
                 else side.membership_pk
                 if "/group-memberships/" in case.path
+                else side.invitation_pk
+                if "/invitations/" in case.path
                 else side.config_pk
             ),
             "host": host_of(side.slug),
