@@ -9,10 +9,11 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 from django.db import models
 from django.db.models import Model, Prefetch, QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html
 
 from . import agent_kinds
@@ -29,7 +30,7 @@ from .agent_services import (
     tenant_executors_check,
     tenant_executors_set,
 )
-from .models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .models import Agent, AgentHost, ApiKey, Membership, MembershipInvitation, OidcIssuer, Role, Tenant
 from .selectors import executors_for
 from .services import (
     AccountError,
@@ -40,7 +41,10 @@ from .services import (
     api_key_revoke,
     made_by_user,
     management_role_check,
-    member_add,
+    member_remove,
+    membership_invite,
+    membership_invite_check,
+    membership_revoke,
 )
 
 
@@ -279,15 +283,18 @@ class AgentAdmin(TenantScopedAdmin):
 @admin.register(Membership)
 class MembershipAdmin(TenantScopedAdmin):
     tenant_field = "tenant"
-    add_role = change_role = delete_role = Role.OWNER
+    change_role = delete_role = Role.OWNER
     list_display = ("user", "tenant", "role", "created_at")
     list_filter = ("tenant", "role")
     list_select_related = ("tenant", "user")
     search_fields = ("user__username", "tenant__slug")
 
     def get_form(self, request: HttpRequest, obj: Membership | None = None, change: bool = False, **kwargs: Any) -> Any:
-        kwargs["form"] = MembershipAddForm if obj is None else MembershipChangeForm
+        kwargs["form"] = MembershipChangeForm
         return super().get_form(request, obj, change, **kwargs)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a member is invited (the invitations' page) and becomes one by accepting
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         # Members cannot leave a tenant without an owner: only a superuser could repair it.
@@ -296,17 +303,19 @@ class MembershipAdmin(TenantScopedAdmin):
         return super().has_delete_permission(request, obj)
 
     def get_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
-        return ("tenant", "username", "role") if obj is None else ("tenant", "user", "role", "created_at")
+        return ("tenant", "user", "role", "created_at")
 
     def get_readonly_fields(self, request: HttpRequest, obj: Membership | None = None) -> Any:
         # Only the role changes: another user or tenant is another membership.
-        return () if obj is None else ("tenant", "user", "created_at")
+        return ("tenant", "user", "created_at")
 
-    def save_model(self, request: HttpRequest, obj: Membership, form: Any, change: bool) -> None:
-        user = form.cleaned_data["user"] if not change else obj.user
-        # member_add also lets the user into the admin (staff), where they see only this.
-        saved = member_add(tenant=obj.tenant, user=user, role=obj.role)
-        obj.pk, obj.user, obj.created_at = saved.pk, saved.user, saved.created_at
+    def delete_model(self, request: HttpRequest, obj: Membership) -> None:
+        # Through the service: the user's last membership ending takes back the staff it gave.
+        member_remove(membership=obj, last_owner_may_go=is_superuser(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for membership in queryset:
+            self.delete_model(request, membership)
 
 
 def _is_last_owner(membership: Membership) -> bool:
@@ -326,27 +335,81 @@ class MembershipChangeForm(forms.ModelForm):
         return role
 
 
-class MembershipAddForm(forms.ModelForm):
+class InvitationForm(forms.ModelForm):
     # A name, not a list of every user of the site: members of one tenant must not learn
-    # who else has an account.
-    username = forms.CharField(max_length=150, help_text="The user's username (they need an account already).")
+    # who else has an account (the answer is the same for any name).
+    username = forms.CharField(
+        max_length=150, help_text="Whom to invite: the username they have (or will have) on this server."
+    )
 
     class Meta:
-        model = Membership
-        fields = ("tenant", "role")
+        model = MembershipInvitation
+        fields = ("tenant", "username", "role")
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        username, tenant = cleaned.get("username"), cleaned.get("tenant")
-        if username:
-            user = get_user_model().objects.filter(username=username).first()
-            if user is None:
-                self.add_error("username", "No user has this username.")
-            elif tenant is not None and Membership.objects.filter(tenant=tenant, user=user).exists():
-                self.add_error("username", "Already a member of this tenant: change their role instead.")
-            else:
-                cleaned["user"] = user
+        username, tenant, role = cleaned.get("username"), cleaned.get("tenant"), cleaned.get("role")
+        if username and tenant is not None and role:
+            try:
+                cleaned["username"] = membership_invite_check(tenant=tenant, username=username, role=role)
+            except AccountError as exc:
+                self.add_error("username", str(exc).capitalize() + ".")
         return cleaned
+
+    def _post_clean(self) -> None:
+        pass  # membership_invite makes the row (its token, its expiry); the form only checks
+
+
+@admin.register(MembershipInvitation)
+class MembershipInvitationAdmin(TenantScopedAdmin):
+    """The tenant's invitations: its owners invite (the link to pass on is shown once) and
+    revoke; the invited user answers at /invitations/ (accounts.invitation_views)."""
+
+    tenant_field = "tenant"
+    view_role = add_role = Role.OWNER
+    list_display = ("username", "tenant", "role", "invited_as", "created_at", "expires_at", "answer")
+    list_filter = ("tenant", "answer")
+    list_select_related = ("tenant",)
+    search_fields = ("username", "tenant__slug")
+    actions = ("revoke",)
+    form = InvitationForm
+
+    def get_fields(self, request: HttpRequest, obj: MembershipInvitation | None = None) -> Any:
+        if obj is None:
+            return ("tenant", "username", "role")
+        return ("tenant", "username", "role", "invited_as", "created_at", "expires_at", "answer", "answered_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: MembershipInvitation | None = None) -> Any:
+        return () if obj is None else self.get_fields(request, obj)
+
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False  # an invitation is answered or revoked, never edited: invite again instead
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        return False  # revoked, never deleted: the action below
+
+    def save_model(self, request: HttpRequest, obj: MembershipInvitation, form: Any, change: bool) -> None:
+        inviter = request.user if isinstance(request.user, User) else None
+        wanted = form.cleaned_data
+        made, token = membership_invite(
+            tenant=wanted["tenant"], username=wanted["username"], role=wanted["role"], invited_by=inviter
+        )
+        obj.__dict__.update({k: v for k, v in made.__dict__.items() if k != "_state"})
+        obj._state.adding = False
+        link = request.build_absolute_uri(reverse("invitations:answer", args=[token]))
+        self.message_user(
+            request,
+            f"Invited. {obj.username} accepts, signed in, at {link} (or among their invitations at "
+            f"{request.build_absolute_uri(reverse('invitations:list'))}). Copy the link now, it is not shown again.",
+            messages.WARNING,
+        )
+
+    @admin.action(description="Revoke the selected pending invitations")
+    def revoke(self, request: HttpRequest, queryset: QuerySet) -> None:
+        revoked = sum(
+            membership_revoke(invitation=invitation) for invitation in self.may_in(request, queryset, Role.OWNER)
+        )
+        self.message_user(request, f"Revoked {revoked} invitation{'s' if revoked != 1 else ''}.")
 
 
 @admin.register(OidcIssuer)

@@ -218,13 +218,75 @@ class Membership(models.Model):
         return f"{self.user} in {self.tenant.slug} ({self.role})"
 
 
-# oidc:<issuer>#<subject>: an issuer URL (500) and a subject (protocols.oidc, 140) with room to spare.
-MADE_BY_LENGTH = 700
+class InvitationAnswer(models.TextChoices):
+    """How an invitation ended; empty while it is pending (or lapsed unanswered)."""
+
+    PENDING = "", "pending"
+    ACCEPTED = "accepted", "accepted"
+    DECLINED = "declined", "declined"
+    REVOKED = "revoked", "revoked"
+
+
+class MembershipInvitation(models.Model):
+    """An invitation to a tenant, addressed to a username, that becomes a Membership only when
+    that user accepts it. It is stored whether or not such a user exists (the inviter must not
+    learn who has an account), and its token is kept as a SHA-256 only."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    username = models.CharField(max_length=150)
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    # A user, or empty when a management key or an issuer's token invited (`invited_as` says who).
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    invited_as = models.CharField(max_length=200, blank=True, default="", help_text="Who invited, as shown.")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    answer = models.CharField(max_length=16, choices=InvitationAnswer.choices, blank=True, default="")
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "membership invitation"
+        constraints = [
+            # A new invitation of the same user replaces the pending one (membership_invite).
+            models.UniqueConstraint(
+                fields=["tenant", "username"], condition=Q(answer=""), name="accounts_invitation_one_pending"
+            ),
+            models.CheckConstraint(condition=Q(role__in=Role.values), name="accounts_invitation_role_valid"),
+            models.CheckConstraint(
+                condition=Q(answer__in=InvitationAnswer.values), name="accounts_invitation_answer_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.tenant.slug} ({self.role})"
+
+
+class StaffByMembership(models.Model):
+    """The user's is_staff was given by accepting a membership (they were not staff before): it is
+    taken back when their last membership ends. Staff given any other way (a superuser, the
+    add_curator command) has no row and stays."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="staff_by_membership")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "staff by membership"
+        verbose_name_plural = "staff by membership"
+
+    def __str__(self) -> str:
+        return str(self.user)
 
 
 class ApiKeyQuerySet(models.QuerySet):
     def active(self) -> ApiKeyQuerySet:
         return self.filter(revoked_at__isnull=True)
+
+
+# oidc:<issuer>#<subject>: an issuer URL (500) and a subject (protocols.oidc, 140) with room to spare.
+MADE_BY_LENGTH = 700
 
 
 class ApiKey(models.Model):

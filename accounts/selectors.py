@@ -15,9 +15,20 @@ from typing import Any, ClassVar
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from . import agent_kinds, changes
-from .models import SLUG_LENGTH, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from .models import (
+    SLUG_LENGTH,
+    Agent,
+    ApiKey,
+    InvitationAnswer,
+    Membership,
+    MembershipInvitation,
+    OidcIssuer,
+    Role,
+    Tenant,
+)
 from .services import (
     ANONYMOUS_PRINCIPAL,
     KEY_ID_HEX_LENGTH,
@@ -25,6 +36,7 @@ from .services import (
     LAST_USED_RESOLUTION,
     SHARED_PRINCIPAL,
     hash_secret,
+    invitation_hash,
     principal_reserved,
 )
 
@@ -295,3 +307,27 @@ def agents_stranded(tenant_ids: list[int] | None = None) -> list[Stranded]:
         if why is not None:
             found.append(Stranded(agent=agent, why=why))
     return found
+
+
+# --- invitations ----------------------------------------------------------------------------
+
+
+def invitations_pending() -> QuerySet[MembershipInvitation]:
+    """Invitations that may still be accepted: unanswered, unexpired."""
+    return MembershipInvitation.objects.filter(answer=InvitationAnswer.PENDING, expires_at__gt=timezone.now())
+
+
+def invitations_pending_of(tenant: Tenant) -> QuerySet[MembershipInvitation]:
+    return invitations_pending().filter(tenant=tenant).select_related("tenant")
+
+
+def invitations_pending_for(user: User) -> QuerySet[MembershipInvitation]:
+    """The pending invitations addressed to `user` (by their username), newest first."""
+    return invitations_pending().filter(username=user.get_username()).select_related("tenant").order_by("-created_at")
+
+
+def invitation_by_token(token: str) -> MembershipInvitation | None:
+    """The invitation a link's token names (any state: the services say whether it is usable)."""
+    if not token or len(token) > 200:
+        return None
+    return MembershipInvitation.objects.filter(token_hash=invitation_hash(token)).select_related("tenant").first()

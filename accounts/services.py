@@ -20,8 +20,19 @@ from django.utils import timezone
 
 from outbound import ssrf
 
-from . import changes, sealing
-from .models import PRINCIPAL_NAMESPACE_SEPARATOR, Agent, ApiKey, Membership, OidcIssuer, Role, Tenant
+from . import changes, sealing, storable
+from .models import (
+    PRINCIPAL_NAMESPACE_SEPARATOR,
+    Agent,
+    ApiKey,
+    InvitationAnswer,
+    Membership,
+    MembershipInvitation,
+    OidcIssuer,
+    Role,
+    StaffByMembership,
+    Tenant,
+)
 
 KEY_PREFIX = "ask"
 KEY_ID_HEX_LENGTH = 12  # the key's public id: 6 random bytes in hex
@@ -297,17 +308,6 @@ def tenant_rename(*, tenant: Tenant, name: str) -> Tenant:
     return tenant
 
 
-def member_invite(*, tenant: Tenant, username: str, role: str) -> Membership:
-    """Make the user named `username` (who has an account already) a new member of `tenant`;
-    a member already is refused: change their role instead (`member_role_set`)."""
-    user = User.objects.filter(username=username).first()
-    if user is None:
-        raise AccountError("no user has this username")
-    if Membership.objects.filter(tenant=tenant, user=user).exists():
-        raise AccountError("already a member of this tenant: change their role instead")
-    return member_add(tenant=tenant, user=user, role=role)
-
-
 def _is_last_owner(membership: Membership) -> bool:
     others = Membership.objects.filter(tenant_id=membership.tenant_id, role=Role.OWNER).exclude(pk=membership.pk)
     return membership.role == Role.OWNER and not others.exists()
@@ -328,26 +328,172 @@ def member_role_set(*, membership: Membership, role: str) -> Membership:
     return membership
 
 
-def member_remove(*, membership: Membership) -> None:
-    """End a membership; the tenant's last owner stays."""
+def member_remove(*, membership: Membership, last_owner_may_go: bool = False) -> None:
+    """End a membership; the tenant's last owner stays (but for a superuser's repair,
+    `last_owner_may_go`). The user's last membership ending takes back the staff that accepting
+    one gave them (`StaffByMembership`), never staff given otherwise, never a superuser's."""
     with transaction.atomic():
         list(Membership.objects.select_for_update().filter(tenant_id=membership.tenant_id, role=Role.OWNER))
         membership.refresh_from_db(fields=["role"])
-        if _is_last_owner(membership):
+        if not last_owner_may_go and _is_last_owner(membership):
             raise AccountError("the tenant's last owner stays: make another member owner first")
+        user_id = membership.user_id
         membership.delete()
+        _staff_by_membership_end(user_id)
+
+
+def _staff_by_membership_end(user_id: int) -> None:
+    # Locked, so that an acceptance committing at once sees the user's staff as it is after this.
+    user = User.objects.select_for_update().get(pk=user_id)
+    if Membership.objects.filter(user_id=user_id).exists():
+        return
+    granted = StaffByMembership.objects.filter(user_id=user_id).delete()[0]
+    if granted and user.is_staff and not user.is_superuser:
+        user.is_staff = False
+        user.save(update_fields=["is_staff"])
+
+
+def _staff_by_membership_give(user: User) -> None:
+    # Members work in the admin, which lets in staff only; what they see there is scoped. Staff
+    # that was given otherwise is not recorded, so that the membership's end never takes it.
+    if not user.is_staff:
+        user.is_staff = True
+        user.save(update_fields=["is_staff"])
+        StaffByMembership.objects.get_or_create(user=user)
 
 
 def member_add(*, tenant: Tenant, user: User, role: str) -> Membership:
-    """Make `user` a member of `tenant` with `role`, or change the role they have (idempotent)."""
+    """Make `user` a member of `tenant` with `role`, or change the role they have (idempotent),
+    without asking them: the server's operator at a shell (add_member, seed_demo). Everyone else
+    invites (`membership_invite`)."""
     if role not in Role.values:
         raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)}")
-    membership, _ = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
-    if not user.is_staff:
-        # Members work in the admin, which lets in staff only; what they see there is scoped.
-        user.is_staff = True
-        user.save(update_fields=["is_staff"])
+    with transaction.atomic():
+        user = User.objects.select_for_update().get(pk=user.pk)
+        membership, _ = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
+        _staff_by_membership_give(user)
     return membership
+
+
+def staff_make(*, user: User) -> User:
+    """Make `user` staff on the operator's word (a curator): kept when their memberships end."""
+    with transaction.atomic():
+        user = User.objects.select_for_update().get(pk=user.pk)
+        StaffByMembership.objects.filter(user=user).delete()
+        if not user.is_staff:
+            user.is_staff = True
+            user.save(update_fields=["is_staff"])
+    return user
+
+
+# --- invitations ----------------------------------------------------------------------------
+
+INVITATION_TOKEN_BYTES = 32
+
+
+class InvitationUnusable(AccountError):
+    """The invitation cannot be answered by this user: unknown, someone else's, expired, revoked
+    or answered already. One message for all, so that a token's holder learns nothing."""
+
+    def __init__(self) -> None:
+        super().__init__("no pending invitation for you with this link")
+
+
+def invitation_hash(token: str) -> str:
+    return hash_secret(token)
+
+
+def membership_invite(
+    *, tenant: Tenant, username: str, role: str, invited_by: User | None = None, invited_as: str = ""
+) -> tuple[MembershipInvitation, str]:
+    """Invite the user named `username` to `tenant` with `role`: an invitation and its token (the
+    link's secret, shown once; only its hash is kept). Made alike whether or not such a user
+    exists (the user table is not read), so the inviter learns nothing of who has an account; a
+    pending invitation of the same name is replaced. Someone who is a member already is refused
+    (the inviter sees the members): change their role instead."""
+    token = secrets.token_urlsafe(INVITATION_TOKEN_BYTES)
+    now = timezone.now()
+    with transaction.atomic():
+        # Two invitations of one name at once: the second waits for the first, then replaces it.
+        list(Tenant.objects.select_for_update().filter(pk=tenant.pk))
+        username = membership_invite_check(tenant=tenant, username=username, role=role)
+        MembershipInvitation.objects.filter(tenant=tenant, username=username, answer=InvitationAnswer.PENDING).update(
+            answer=InvitationAnswer.REVOKED, answered_at=now
+        )
+        invitation = MembershipInvitation.objects.create(
+            tenant=tenant,
+            username=username,
+            role=role,
+            invited_by=invited_by,
+            invited_as=invited_as or (invited_by.get_username() if invited_by is not None else ""),
+            token_hash=invitation_hash(token),
+            expires_at=now + timedelta(days=settings.MEMBERSHIP_INVITATION_DAYS),
+        )
+    return invitation, token
+
+
+def membership_invite_check(*, tenant: Tenant, username: str, role: str) -> str:
+    """The username `membership_invite` would invite (stripped), or why it would refuse. Reads
+    memberships only, never the user table: the same work for any name."""
+    if role not in Role.values:
+        raise AccountError(f"no role {role!r}; roles are {', '.join(Role.values)}")
+    username = username.strip()
+    if not username:
+        raise AccountError("a username must not be blank")
+    try:
+        storable.check_text(username, where="a username", max_length=150)
+    except storable.Refused as exc:
+        raise AccountError(str(exc)) from None
+    if Membership.objects.filter(tenant=tenant, user__username=username).exists():
+        raise AccountError("already a member of this tenant: change their role instead")
+    return username
+
+
+def _answerable(invitation_pk: int, user: User) -> MembershipInvitation:
+    found = MembershipInvitation.objects.select_for_update().filter(pk=invitation_pk).first()
+    if (
+        found is None
+        or found.answer != InvitationAnswer.PENDING
+        or found.expires_at <= timezone.now()
+        or not user.is_active
+        or found.username != user.get_username()
+    ):
+        raise InvitationUnusable()
+    return found
+
+
+def membership_accept(*, invitation: MembershipInvitation, user: User) -> Membership:
+    """`user` accepts an invitation addressed to them (pending, unexpired): they become a member
+    with its role and, if they were not staff, staff (recorded, so that it is taken back when
+    their last membership ends). A superuser stays as they are."""
+    with transaction.atomic():
+        user = User.objects.select_for_update().get(pk=user.pk)
+        found = _answerable(invitation.pk, user)
+        membership, _ = Membership.objects.get_or_create(
+            tenant_id=found.tenant_id, user=user, defaults={"role": found.role}
+        )
+        _staff_by_membership_give(user)
+        found.answer, found.answered_at = InvitationAnswer.ACCEPTED, timezone.now()
+        found.save(update_fields=["answer", "answered_at"])
+    return membership
+
+
+def membership_decline(*, invitation: MembershipInvitation, user: User) -> None:
+    """`user` declines an invitation addressed to them; nothing else changes."""
+    with transaction.atomic():
+        found = _answerable(invitation.pk, user)
+        found.answer, found.answered_at = InvitationAnswer.DECLINED, timezone.now()
+        found.save(update_fields=["answer", "answered_at"])
+
+
+def membership_revoke(*, invitation: MembershipInvitation) -> bool:
+    """The tenant's owners withdraw a pending invitation: it can no longer be accepted. Whether
+    it was pending (revoking an answered one changes nothing)."""
+    return bool(
+        MembershipInvitation.objects.filter(pk=invitation.pk, answer=InvitationAnswer.PENDING).update(
+            answer=InvitationAnswer.REVOKED, answered_at=timezone.now()
+        )
+    )
 
 
 def superuser_ensure(*, username: str, password: str) -> tuple[User, bool]:

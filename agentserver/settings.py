@@ -528,6 +528,8 @@ REST_FRAMEWORK = {
 # The tenant API (/api/v1/, docs/api.md): writes per caller (a management key, an issuer's
 # subject), e.g. "120/min"; empty: not throttled.
 TENANT_API_WRITE_RATE = env.str("TENANT_API_WRITE_RATE", default="120/min")
+# An invitation to a tenant (docs/tenancy.md, "Members") may be accepted for this many days.
+MEMBERSHIP_INVITATION_DAYS = env.int("MEMBERSHIP_INVITATION_DAYS", default=7)
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "agentserver API",

@@ -1,9 +1,10 @@
 from django.contrib import admin
+from django.contrib.auth.views import LoginView
 from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularSwaggerSplitView
 
-from agentserver.admin_login import LockoutAdminAuthenticationForm
+from agentserver.admin_login import LockoutAdminAuthenticationForm, LockoutAuthenticationForm
 from ops import views as ops_views
 from protocols import routes, views
 from push import views as push_views
@@ -13,6 +14,17 @@ admin.site.login_form = LockoutAdminAuthenticationForm
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # Invited users answer their invitations signed in (membership, and staff, come after).
+    path("invitations/", include("accounts.invitation_urls")),
+    path(
+        "sign-in/",
+        LoginView.as_view(
+            template_name="accounts/sign_in.html",
+            authentication_form=LockoutAuthenticationForm,
+            next_page="invitations:list",
+        ),
+        name="sign-in",
+    ),
     path("healthz", views.healthz, name="healthz"),
     path("readyz", ops_views.readyz, name="readyz"),
     path("metrics", ops_views.metrics_view, name="metrics"),

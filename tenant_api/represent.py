@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
+from accounts.models import Agent, AgentHost, ApiKey, Membership, MembershipInvitation, OidcIssuer, Tenant
 from groups.models import SHOWN_FIELDS, GroupMembership, GroupTask
 from push.models import PushConfig, PushDelivery
 from tasks_app.lifecycle import EventKind
@@ -223,4 +223,15 @@ def group_task(found: GroupTask) -> dict[str, Any]:
         "published_seq": found.published_seq,
         "done": found.done,
         "created_at": found.created_at,
+    }
+
+
+def invitation(found: MembershipInvitation) -> dict[str, Any]:
+    return {
+        "id": found.pk,
+        "username": found.username,
+        "role": found.role,
+        "invited_by": found.invited_as,
+        "created_at": found.created_at,
+        "expires_at": found.expires_at,
     }

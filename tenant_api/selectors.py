@@ -14,9 +14,10 @@ import jwt
 from django.db import connections
 from django.db.models import Q, QuerySet
 
+from accounts import selectors as account_selectors
 from accounts import storable
 from accounts.hosts import host_name
-from accounts.models import Agent, AgentHost, ApiKey, Membership, OidcIssuer, Tenant
+from accounts.models import Agent, AgentHost, ApiKey, Membership, MembershipInvitation, OidcIssuer, Tenant
 from groups import selectors as group_selectors
 from groups.models import GroupMembership, GroupTask
 from protocols.oidc import MAX_TOKEN_LENGTH
@@ -83,6 +84,14 @@ def member_of(tenant: Tenant, username: str) -> Membership | None:
     if not _storable(username, 150):
         return None
     return members_of(tenant).filter(user__username=username).first()
+
+
+def invitations_of(tenant: Tenant) -> QuerySet[MembershipInvitation]:
+    return account_selectors.invitations_pending_of(tenant)
+
+
+def invitation_of(tenant: Tenant, pk: int) -> MembershipInvitation | None:
+    return invitations_of(tenant).filter(pk=pk).first()
 
 
 def keys_of(tenant: Tenant, *, made_by: str | None = None) -> QuerySet[ApiKey]:

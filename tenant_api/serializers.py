@@ -79,8 +79,31 @@ class MembersOut(serializers.Serializer):
 
 
 class MemberIn(serializers.Serializer):
-    username = serializers.CharField(max_length=150, help_text="A user who has an account on this server already.")
+    username = serializers.CharField(
+        max_length=150, help_text="Whom to invite: the username they have (or will have) on this server."
+    )
     role = _choice(ROLES)
+
+
+class InvitationOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    role = _choice(ROLES)
+    invited_by = serializers.CharField(help_text="The user, key (key:<prefix>) or token subject that invited.")
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(help_text="It cannot be accepted from this time on.")
+
+
+class InvitationCreatedOut(InvitationOut):
+    accept_url = serializers.URLField(
+        help_text="The page where the invited user, signed in, accepts or declines; shown once. Only that user "
+        "can use it."
+    )
+
+
+class InvitationsOut(serializers.Serializer):
+    results = InvitationOut(many=True)
+    next = serializers.CharField(allow_null=True)
 
 
 class MemberRoleIn(serializers.Serializer):

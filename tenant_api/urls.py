@@ -13,6 +13,8 @@ urlpatterns = [
     path(T, views.TenantDetailView.as_view(), name="tenant"),
     path(f"{T}members/", views.MembersView.as_view(), name="members"),
     path(f"{T}members/<str:username>/", views.MemberView.as_view(), name="member"),
+    path(f"{T}invitations/", views.InvitationsView.as_view(), name="invitations"),
+    path(f"{T}invitations/<int:pk>/", views.InvitationView.as_view(), name="invitation"),
     path(f"{T}keys/", views.KeysView.as_view(), name="keys"),
     # Before keys/<prefix>/: "revoke" is no prefix (12 hex digits), and must not be read as one.
     path(f"{T}keys/revoke/", views.KeysRevokeView.as_view(), name="keys-revoke"),

@@ -6,6 +6,7 @@ operators read them (a key's secret is never in a read)."""
 
 from __future__ import annotations
 
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
@@ -77,16 +78,87 @@ class MembersView(TenantView):
     @extend_schema(
         operation_id="tenant_members_add",
         tags=[TAG],
-        summary="Add a member by username (owners)",
-        description="The user must have an account already; a member already is refused (change their role).",
+        summary="Invite a member by username (owners)",
+        description="Invites: the user becomes a member (and may use the admin) only when they accept, signed in, "
+        "at `accept_url` (or among their invitations at /invitations/), before `expires_at`. The answer is the same "
+        "whether or not anyone has this username; a pending invitation of the same name is replaced. A member "
+        "already is refused (change their role).",
         request=s.MemberIn,
-        responses={201: s.MemberOut, **errors(400, 413, 429)},
+        responses={202: s.InvitationCreatedOut, **errors(400, 413, 429)},
     )
     def post(self, request: Request, slug: str) -> Response:
         v = valid(s.MemberIn, request.data)
         with field_errors("username"):
-            membership = services.member_invite(tenant=self.tenant(request), username=v["username"], role=v["role"])
-        return Response(s.MemberOut(represent.member(membership)).data, status=status.HTTP_201_CREATED)
+            invitation, token = services.membership_invite(
+                tenant=self.tenant(request),
+                username=v["username"],
+                role=v["role"],
+                invited_as=self.manager(request).name,
+            )
+        body = {
+            **represent.invitation(invitation),
+            "accept_url": request.build_absolute_uri(reverse("invitations:answer", args=[token])),
+        }
+        return Response(s.InvitationCreatedOut(body).data, status=status.HTTP_202_ACCEPTED)
+
+
+# Invitations are the owners' (the usernames they typed), read and revoked by them alone.
+OWNERS_ONLY = {**OWNER_WRITES, "GET": Role.OWNER}
+
+
+class InvitationsView(TenantView):
+    roles = OWNERS_ONLY
+
+    @extend_schema(
+        operation_id="tenant_invitations_list",
+        tags=[TAG],
+        summary="The tenant's pending invitations (owners)",
+        description="Unanswered and unexpired, newest first; never a link's token.",
+        parameters=[s.PageQuery],
+        responses={200: s.InvitationsOut, **errors(400)},
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        v = query(s.PageQuery, request)
+        page = page_or_400(
+            lambda: selectors.page_by_pk(
+                selectors.invitations_of(self.tenant(request)),
+                cursor=v.get("cursor"),
+                size=v["page_size"],
+                newest_first=True,
+            )
+        )
+        body = {"results": [represent.invitation(i) for i in page.items], "next": next_link(request, page)}
+        return Response(s.InvitationsOut(body).data)
+
+
+class InvitationView(TenantView):
+    roles = OWNERS_ONLY
+
+    def _invitation(self, request: Request, pk: int):  # type: ignore[no-untyped-def]
+        found = selectors.invitation_of(self.tenant(request), pk)
+        if found is None:
+            raise missing("pending invitation")
+        return found
+
+    @extend_schema(
+        operation_id="tenant_invitations_retrieve",
+        tags=[TAG],
+        summary="A pending invitation (owners)",
+        responses={200: s.InvitationOut, **errors()},
+    )
+    def get(self, request: Request, slug: str, pk: int) -> Response:
+        return Response(s.InvitationOut(represent.invitation(self._invitation(request, pk))).data)
+
+    @extend_schema(
+        operation_id="tenant_invitations_revoke",
+        tags=[TAG],
+        summary="Revoke a pending invitation (owners)",
+        description="It can no longer be accepted, and is no longer listed.",
+        responses={204: OpenApiResponse(description="Revoked."), **errors(429)},
+    )
+    def delete(self, request: Request, slug: str, pk: int) -> Response:
+        services.membership_revoke(invitation=self._invitation(request, pk))
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MemberView(TenantView):

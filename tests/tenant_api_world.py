@@ -2,8 +2,8 @@
 hostile tests): tenant A ("ta") with a management key of each role and one without, members of
 each role, an agent with a pending claim of a host name, a task whose run no worker claimed (its
 message holds a file) with a push config and a dead delivery, an AIP group membership that took
-the task; tenant B ("tb") with the same objects under the same names (its own host name), and an
-owner's key."""
+the task, a pending invitation (of a name no user has); tenant B ("tb") with the same objects
+under the same names (its own host name), and an owner's key."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class Side:
     objects: dict[str, Any] = field(default_factory=dict)
     message_pk: int = 0  # the task's user message, whose part 1 is a file
     membership_pk: int = 0
+    invitation_pk: int = 0  # a pending invitation (of "invitee-<slug>", who has no account)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def api(client, method: str, path: str, key: str | None = None, body: Any = None
 def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
     from accounts import sealing
     from accounts.host_services import host_claim
-    from accounts.services import api_key_create, member_add, oidc_issuer_set, tenant_ensure
+    from accounts.services import api_key_create, member_add, membership_invite, oidc_issuer_set, tenant_ensure
     from groups.models import Credential, GroupMembership, GroupTask, MembershipState
     from push.models import DeliveryState, PushConfig, PushDelivery
     from tasks_app.models import Message, TaskEvent
@@ -77,6 +78,7 @@ def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
     )
     for role, user in users.items():
         member_add(tenant=tenant, user=user, role=role)
+    invitation, _ = membership_invite(tenant=tenant, username=f"invitee-{slug}", role="viewer")
     keys = {
         role: api_key_create(tenant=tenant, name=f"{role or 'plain'}-key", management_role=role)[1]
         for role in ("owner", "operator", "viewer", "")
@@ -152,6 +154,7 @@ def _side(client, slug: str, name: str, users: dict[str, Any]) -> Side:
         {"tenant": tenant},
         message_pk=message_pk,
         membership_pk=membership.pk,
+        invitation_pk=invitation.pk,
     )
 
 
@@ -190,6 +193,8 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
         ("GET", f"{t}/agents/echo/hosts/{host}/", "viewer", None),
         ("GET", f"{t}/group-memberships/", "viewer", None),
         ("GET", f"{t}/group-memberships/{side.membership_pk}/", "viewer", None),
+        ("GET", f"{t}/invitations/", "owner", None),
+        ("GET", f"{t}/invitations/{side.invitation_pk}/", "owner", None),
         ("PATCH", f"{t}/", "owner", {"name": "Renamed"}),
         ("POST", f"{t}/members/", "owner", {"username": "bob", "role": "viewer"}),
         ("PATCH", f"{t}/members/vera/", "owner", {"role": "operator"}),
@@ -210,6 +215,7 @@ def routes(side: Side) -> list[tuple[str, str, str, Any]]:
         ("POST", f"{t}/agents/echo/hosts/{host}/verify/", "owner", {"method": "http"}),
         ("DELETE", f"{t}/push-configs/{side.config_pk}/", "operator", None),
         ("DELETE", f"{t}/members/vera/", "owner", None),
+        ("DELETE", f"{t}/invitations/{side.invitation_pk}/", "owner", None),
         ("DELETE", f"{t}/keys/{side.key_prefix}/", "owner", None),
         ("DELETE", f"{t}/agents/echo/hosts/{host}/", "owner", None),
         ("DELETE", f"{t}/agents/echo/", "owner", None),

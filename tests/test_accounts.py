@@ -49,6 +49,18 @@ def test_add_member_makes_a_staff_member_with_a_role_and_changes_it_when_run_aga
     assert not membership.user.has_usable_password()
 
 
+def test_the_staff_add_member_gave_ends_with_the_membership_but_a_curators_stays(tenant, django_user_model):
+    from accounts.services import member_remove
+
+    run("add_member", "acme", "dora", "--create-user")
+    run("add_member", "acme", "cara", "--create-user")
+    call_command("add_curator", "cara")  # staff on the operator's word too
+    for name in ("dora", "cara"):
+        member_remove(membership=Membership.objects.get(user__username=name))
+    staff = dict(django_user_model.objects.filter(username__in=["dora", "cara"]).values_list("username", "is_staff"))
+    assert staff == {"dora": False, "cara": True}
+
+
 def test_a_key_made_without_a_principal_is_its_own_principal(rpc, echo_agent):
     key = run("create_api_key", "acme", "--name", "ci")
     stored = ApiKey.objects.get(name="ci")

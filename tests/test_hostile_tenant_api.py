@@ -167,6 +167,7 @@ NAMED = [
     "agents/echo/hosts/{}/",
     "agents/echo/hosts/{}/verify/",
     "group-memberships/{}/",
+    "invitations/{}/",
 ]
 
 

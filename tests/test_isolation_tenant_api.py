@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from accounts.models import AgentHost, ApiKey, Membership, OidcIssuer
+from accounts.models import AgentHost, ApiKey, Membership, MembershipInvitation, OidcIssuer
 from push.models import PushConfig, PushDelivery
 from tasks_app.models import Task
 from tests.oidc_issuer import AUDIENCE, Issuer, token
@@ -31,6 +31,7 @@ def stored() -> tuple:
     """What the tenant API could change, in full."""
     return (
         sorted(Membership.objects.values_list("tenant_id", "user_id", "role")),
+        sorted(MembershipInvitation.objects.values_list("pk", "tenant_id", "username", "role", "answer")),
         sorted(ApiKey.objects.values_list("prefix", "revoked_at", "management_role")),
         sorted(OidcIssuer.objects.values_list("tenant_id", "issuer", "jwks_url", "role_claim")),
         sorted(Task.objects.values_list("id", "state", "run_token", "run_requested_at")),
@@ -89,6 +90,7 @@ BY_ID = {
         "agents/echo/hosts/no.example/verify/",
     ),
     "group-memberships/{id}/": lambda s: (f"group-memberships/{s.membership_pk}/", "group-memberships/999999/"),
+    "invitations/{id}/": lambda s: (f"invitations/{s.invitation_pk}/", "invitations/999999/"),
 }
 METHODS = {
     "tasks/{id}/": ["GET"],
@@ -103,6 +105,7 @@ METHODS = {
     "agents/echo/hosts/{host}/": ["GET", "DELETE"],
     "agents/echo/hosts/{host}/verify/": ["POST"],
     "group-memberships/{id}/": ["GET"],
+    "invitations/{id}/": ["GET", "DELETE"],
 }
 
 
@@ -228,5 +231,6 @@ def test_another_tenant_s_bearer_token_gets_exactly_the_answer_for_no_tenant_on_
     assert call(theirs)[0] == 404
     # The same token is B's caller on B's routes (a viewer: reads pass, writes are 403).
     readable = 404 if mine.endswith("/members/vera/") else 200  # vera is a member of A only
-    assert call(mine)[0] == (readable if method == "GET" else 403)
+    owners_only = "/invitations/" in mine  # the usernames owners typed
+    assert call(mine)[0] == (readable if method == "GET" and not owners_only else 403)
     assert stored() == before

@@ -5,15 +5,18 @@ hostile bodies tests/test_hostile_tenant_api.py's, the live flow tests/test_tena
 
 from __future__ import annotations
 
-from datetime import timedelta
-from urllib.parse import quote
+import re
+from datetime import datetime, timedelta
+from urllib.parse import quote, urlsplit
 
 import orjson
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from accounts.models import ApiKey, Membership, OidcIssuer
+from accounts.models import ApiKey, Membership, MembershipInvitation, OidcIssuer
 from accounts.selectors import Principal
 from accounts.services import (
     AccountError,
@@ -59,7 +62,7 @@ def test_each_route_lets_in_the_roles_the_admin_gives_and_refuses_the_others_wit
             assert status == 403, (role, method, path, answer)
             assert answer["detail"] == f"this needs the {least} role; you have {role}"
         else:
-            assert status in (200, 201, 204), (role, method, path, answer)
+            assert status in (200, 201, 202, 204), (role, method, path, answer)
             break
 
 
@@ -80,6 +83,7 @@ def test_the_route_table_covers_every_operation_the_schema_documents(client, wor
             .replace(side.task_id, "{task_id}")
             .replace(f"/{side.key_prefix}/", "/{prefix}/")
             .replace("/members/vera/", "/members/{username}/")
+            .replace(f"/invitations/{side.invitation_pk}/", "/invitations/{id}/")
             .replace("/agents/echo/", "/agents/{agent}/")
             .replace(f"/push-configs/{side.config_pk}/", "/push-configs/{id}/")
             .replace(f"/deliveries/{side.delivery_pk}/", "/deliveries/{id}/")
@@ -138,18 +142,163 @@ def test_an_owner_renames_the_tenant_and_a_blank_name_is_refused(client, world):
     assert world.a.objects["tenant"].name == "Globex"
 
 
-def test_members_are_added_by_username_changed_and_removed(client, world):
-    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "bob", "role": "operator"})
-    assert (status, body["username"], body["role"]) == (201, "bob", "operator")
-    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "bob", "role": "viewer"})
+def _accept_path(body: dict) -> str:
+    return urlsplit(body["accept_url"]).path
+
+
+def test_members_are_invited_by_username_then_changed_and_removed(client, world, django_user_model):
+    carol = django_user_model.objects.create_user("carol", password="pw")
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "carol", "role": "operator"})
+    assert (status, body["username"], body["role"]) == (202, "carol", "operator")
+    assert body["invited_by"].startswith("key:") and body["accept_url"].startswith("http://testserver/invitations/")
+    assert not Membership.objects.filter(user=carol).exists()
+    client.force_login(carol)
+    assert client.post(_accept_path(body), {"answer": "accept"}).status_code == 302
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "carol", "role": "viewer"})
     assert status == 400 and "already a member" in body["errors"]["username"][0]
-    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "nobody", "role": "viewer"})
-    assert status == 400 and body["errors"] == {"username": ["no user has this username"]}
-    status, body = api(client, "PATCH", f"{API}/ta/members/bob/", owner(world), {"role": "owner"})
+    status, body = api(client, "PATCH", f"{API}/ta/members/carol/", owner(world), {"role": "owner"})
     assert (status, body["role"]) == (200, "owner")
-    status, _ = api(client, "DELETE", f"{API}/ta/members/bob/", owner(world))
+    status, _ = api(client, "DELETE", f"{API}/ta/members/carol/", owner(world))
     assert status == 204
-    assert not Membership.objects.filter(tenant__slug="ta", user__username="bob").exists()
+    assert not Membership.objects.filter(tenant__slug="ta", user__username="carol").exists()
+
+
+def _shape(body: dict) -> dict:
+    """An invitation's answer without what differs between any two: its id, name, times, token."""
+    return {k: type(v).__name__ if k in ("id", "username", "created_at", "expires_at") else v for k, v in body.items()}
+
+
+def test_inviting_a_username_no_one_has_answers_exactly_as_inviting_one_someone_has(client, world, django_user_model):
+    django_user_model.objects.create_superuser("root", password="pw")  # even the superuser's name
+    answers = {}
+    for username in ("bob", "root", "no-such-user"):
+        api(client, "GET", f"{API}/ta/", owner(world))  # the key's last use recorded, not in the count below
+        with CaptureQueriesContext(connection) as seen:
+            status, body = api(
+                client, "POST", f"{API}/ta/members/", owner(world), {"username": username, "role": "owner"}
+            )
+        assert urlsplit(body.pop("accept_url")).path.startswith("/invitations/")
+        # The same statements, but for the values they carry (the name, the new row's times and
+        # hash, the savepoint's name).
+        statements = [re.sub(r"'[^']*'|\b\d+\b|\"s\w+\"", "?", q["sql"]) for q in seen.captured_queries]
+        answers[username] = (status, _shape(body), statements)
+    assert answers["bob"][0] == 202
+    assert answers["bob"] == answers["root"] == answers["no-such-user"]
+    status, listed = api(client, "GET", f"{API}/ta/invitations/", owner(world))
+    shown = {i["username"]: _shape(i) for i in listed["results"]}
+    assert shown["bob"] == shown["root"] == shown["no-such-user"]
+
+
+def test_an_invited_user_is_not_staff_until_they_accept_and_loses_staff_with_their_last_membership(
+    client, world, django_user_model
+):
+    dave = django_user_model.objects.create_user("dave", password="pw")
+    _, invited = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "dave", "role": "viewer"})
+    dave.refresh_from_db()
+    assert not dave.is_staff
+    client.force_login(dave)
+    assert client.post(_accept_path(invited), {"answer": "accept"})["Location"] == "/admin/"
+    dave.refresh_from_db()
+    assert dave.is_staff and not dave.is_superuser
+    assert Membership.objects.get(tenant__slug="ta", user=dave).role == "viewer"
+    assert api(client, "DELETE", f"{API}/ta/members/dave/", owner(world))[0] == 204
+    dave.refresh_from_db()
+    assert not dave.is_staff
+
+
+def test_staff_a_superuser_gave_stays_when_the_membership_ends_and_a_superuser_never_changes(
+    client, world, django_user_model
+):
+    erin = django_user_model.objects.create_user("erin", password="pw", is_staff=True)
+    root = django_user_model.objects.create_superuser("root", password="pw")
+    for user in (erin, root):
+        _, invited = api(
+            client, "POST", f"{API}/ta/members/", owner(world), {"username": user.username, "role": "viewer"}
+        )
+        client.force_login(user)
+        assert client.post(_accept_path(invited), {"answer": "accept"}).status_code == 302
+        assert api(client, "DELETE", f"{API}/ta/members/{user.username}/", owner(world))[0] == 204
+        user.refresh_from_db()
+        assert user.is_staff
+    root.refresh_from_db()
+    assert root.is_superuser
+
+
+def test_the_staff_of_a_user_with_two_memberships_stays_until_the_last_one_ends(client, world, django_user_model):
+    frank = django_user_model.objects.create_user("frank", password="pw")
+    client.force_login(frank)
+    for side in (world.a, world.b):
+        _, invited = api(
+            client, "POST", f"{API}/{side.slug}/members/", side.keys["owner"], {"username": "frank", "role": "viewer"}
+        )
+        client.post(_accept_path(invited), {"answer": "accept"})
+    api(client, "DELETE", f"{API}/ta/members/frank/", owner(world))
+    frank.refresh_from_db()
+    assert frank.is_staff
+    api(client, "DELETE", f"{API}/tb/members/frank/", world.b.keys["owner"])
+    frank.refresh_from_db()
+    assert not frank.is_staff
+
+
+def test_owners_list_and_revoke_pending_invitations_and_a_revoked_one_cannot_be_accepted(
+    client, world, django_user_model
+):
+    grace = django_user_model.objects.create_user("grace", password="pw")
+    _, invited = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "grace", "role": "viewer"})
+    status, listed = api(client, "GET", f"{API}/ta/invitations/", owner(world))
+    assert status == 200 and {i["username"] for i in listed["results"]} == {"grace", "invitee-ta"}
+    assert all("accept_url" not in i and "token" not in str(i) for i in listed["results"])
+    assert api(client, "GET", f"{API}/ta/invitations/{invited['id']}/", owner(world))[1]["username"] == "grace"
+    assert api(client, "DELETE", f"{API}/ta/invitations/{invited['id']}/", owner(world))[0] == 204
+    assert api(client, "GET", f"{API}/ta/invitations/{invited['id']}/", owner(world))[0] == 404
+    client.force_login(grace)
+    refused = client.post(_accept_path(invited), {"answer": "accept"})
+    assert refused.status_code == 404 and b"No pending invitation for you" in refused.content
+    grace.refresh_from_db()
+    assert not grace.is_staff and not Membership.objects.filter(user=grace).exists()
+
+
+def test_an_expired_invitation_cannot_be_accepted_and_is_no_longer_listed(client, world, django_user_model):
+    heidi = django_user_model.objects.create_user("heidi", password="pw")
+    _, invited = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "heidi", "role": "viewer"})
+    expires = timezone.now() + timedelta(days=7)
+    assert abs(datetime.fromisoformat(invited["expires_at"]) - expires) < timedelta(minutes=1)  # the default
+    MembershipInvitation.objects.filter(pk=invited["id"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(heidi)
+    assert client.post(_accept_path(invited), {"answer": "accept"}).status_code == 404
+    assert not Membership.objects.filter(user=heidi).exists()
+    listed = api(client, "GET", f"{API}/ta/invitations/", owner(world))[1]["results"]
+    assert "heidi" not in {i["username"] for i in listed}
+
+
+def test_another_user_cannot_accept_someone_elses_invitation(client, world, django_user_model):
+    django_user_model.objects.create_user("ivan", password="pw")
+    mallory = django_user_model.objects.create_user("mallory", password="pw")
+    _, invited = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "ivan", "role": "owner"})
+    client.force_login(mallory)
+    theirs = client.post(_accept_path(invited), {"answer": "accept"})
+    made_up = client.post("/invitations/not-a-token-anyone-was-given/", {"answer": "accept"})
+    assert theirs.status_code == made_up.status_code == 404
+    assert theirs.content == made_up.content
+    assert client.get(_accept_path(invited)).content == made_up.content
+    assert not Membership.objects.filter(user=mallory).exists()
+    assert MembershipInvitation.objects.get(pk=invited["id"]).answer == ""  # still ivan's to answer
+
+
+def test_inviting_again_replaces_the_pending_invitation_and_its_link(client, world, django_user_model):
+    judy = django_user_model.objects.create_user("judy", password="pw")
+    _, first = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "judy", "role": "owner"})
+    _, second = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": "judy", "role": "viewer"})
+    client.force_login(judy)
+    assert client.post(_accept_path(first), {"answer": "accept"}).status_code == 404
+    assert client.post(_accept_path(second), {"answer": "accept"}).status_code == 302
+    assert Membership.objects.get(user=judy).role == "viewer"
+
+
+@pytest.mark.parametrize("username", ["", "   ", "a\x00b", "x" * 151])
+def test_a_username_no_one_can_have_is_a_400_naming_the_field(client, world, username):
+    status, body = api(client, "POST", f"{API}/ta/members/", owner(world), {"username": username, "role": "viewer"})
+    assert status == 400 and "username" in body["detail"], body
 
 
 def test_the_last_owner_stays(client, world):

@@ -24,7 +24,7 @@ _turns = itertools.count()
 
 def test_the_document_holds_every_operation_of_the_tenant_api():
     operations = {(op.method.upper(), op.path) for result in schema.get_all_operations() for op in [result.ok()]}
-    assert len(operations) == 38
+    assert len(operations) == 41
     assert ("POST", "/api/v1/tenants/{slug}/keys/revoke/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/tasks/{task_id}/cancel/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/deliveries/{id}/retry/") in operations
@@ -32,6 +32,7 @@ def test_the_document_holds_every_operation_of_the_tenant_api():
     assert ("GET", "/api/v1/tenants/{slug}/tasks/{task_id}/files/{source}/{ref}/{index}/") in operations
     assert ("POST", "/api/v1/tenants/{slug}/agents/{agent}/hosts/{host}/verify/") in operations
     assert ("GET", "/api/v1/tenants/{slug}/group-memberships/{id}/") in operations
+    assert ("DELETE", "/api/v1/tenants/{slug}/invitations/{id}/") in operations
 
 
 @pytest.fixture
@@ -59,6 +60,8 @@ def test_no_request_gets_a_server_error_or_an_answer_the_document_does_not_descr
                 if "/deliveries/" in case.path
                 else side.membership_pk
                 if "/group-memberships/" in case.path
+                else side.invitation_pk
+                if "/invitations/" in case.path
                 else side.config_pk
             ),
             "host": host_of(side.slug),

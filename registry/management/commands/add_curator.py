@@ -2,6 +2,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
+from accounts.services import staff_make
+
 CURATORS = "Registry curators"
 
 
@@ -21,7 +23,6 @@ class Command(BaseCommand):
             user.groups.remove(group)
             self.stdout.write(f"{username} is no longer a curator")
             return
-        user.is_staff = True
-        user.save(update_fields=["is_staff"])
+        staff_make(user=user)  # the operator's word: kept when the user's memberships end
         user.groups.add(group)
         self.stdout.write(f"{username} is a curator")
