@@ -97,8 +97,8 @@ def agent_url(agent: Agent, *, base_url: str, url: str = "") -> str:
 
 def grpc_interface(agent: Agent, *, base_url: str, url: str = "") -> dict[str, Any] | None:
     """The gRPC interface (protocols/grpc_server.py), when the server runs one. Its `url` is a
-    bare `host:port`, as gRPC clients take it; `tenant` is the agent, which a client sends as the
-    metadata `agentserver-agent`. An agent reached by a bound address (`url`) is the one that
+    bare `host:port`, as gRPC clients take it; `tenant` is the agent, which a client sends in each
+    request's `tenant` field (protocols.grpc_server). An agent reached by a bound address (`url`) is the one that
     address serves, and needs no naming."""
     public, port = settings.GRPC_PUBLIC_URL, settings.GRPC_PORT
     if not public and not port:
