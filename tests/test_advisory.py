@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import time
 
@@ -12,7 +13,8 @@ import redis
 
 from protocols import advisory
 
-URL = "redis://127.0.0.1:6379/5"  # tests/test_limits.py's database, flushed around each test
+URL = os.environ["TEST_LIMITER_REDIS_URL"]  # tests/test_limits.py's database, flushed around each test
+DB = URL.rsplit("/", 1)[1]
 LOG = logging.getLogger("tests.advisory")
 
 
@@ -132,7 +134,7 @@ def test_calls_waiting_on_a_connection_that_fails_all_answer_none_and_none_hangs
 
 def test_a_loop_that_ends_closes_its_connection(empty_database):
     def clients() -> int:
-        return sum(1 for c in empty_database.client_list() if c["db"] == "5" and c["cmd"] != "client|list")
+        return sum(1 for c in empty_database.client_list() if c["db"] == DB and c["cmd"] != "client|list")
 
     before = clients()
     line = advisory.AdvisoryRedis(URL, failing())

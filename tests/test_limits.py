@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import uuid
 
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import user_message
 
-LIMITER_REDIS = "redis://127.0.0.1:6379/5"
+# A database of its own per pytest worker (agentserver/test_settings.py), flushed around each test.
+LIMITER_REDIS = os.environ["TEST_LIMITER_REDIS_URL"]
 ECHO = "/agents/acme/echo/"
 PUBLIC = "/agents/acme/conformance/"
 
