@@ -195,10 +195,12 @@ class Stack:
             self.receiver.start()
             self.start_web()
             self._start_worker()
-            _wait(self.web_up, 30, "daphne")
+            # Bounds for a machine busy with a whole suite on parallel workers; the waits end
+            # when the processes answer.
+            _wait(self.web_up, 120, "daphne")
             _wait(
                 lambda: "ready." in self.log("worker") and "beat: Starting" in self.log("worker"),
-                60,
+                120,
                 "the worker and beat",
             )
         except BaseException as exc:

@@ -666,6 +666,12 @@ def worker_ready(log: Path) -> bool:
     return "ready." in log.read_text(errors="replace")
 
 
+# How long a server the tests start may take to answer: it returns as soon as the server does.
+# Seconds on an idle machine, but a whole suite on parallel workers (and whatever else shares
+# the machine) can starve a starting process of CPU far longer than that.
+STARTUP_TIMEOUT = 120
+
+
 def _wait_for(predicate, timeout: float, what: str, logs: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -774,9 +780,9 @@ def serving(
         )
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        _wait_for(lambda: all(map(serves, urls)), 30, "daphne", logs)
+        _wait_for(lambda: all(map(serves, urls)), STARTUP_TIMEOUT, "daphne", logs)
         if worker:
-            _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
+            _wait_for(lambda: worker_ready(logs / "worker.log"), STARTUP_TIMEOUT, "the worker", logs)
         yield procs
     finally:
         stop(procs)
