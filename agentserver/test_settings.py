@@ -8,6 +8,30 @@ import os
 # Keep test traffic off the development Redis database, and give each test session its own
 # Celery queue so two sessions on one machine never take each other's work.
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _worker_redis_dbs(url: str, worker: str) -> tuple[str, str]:
+    """This pytest process's Redis database and the rate limiter's (which its tests flush), as
+    URLs. Under pytest-xdist worker gwN takes the N-th database after the one REDIS_URL names
+    and the limiter the N-th after the eight that follow it (mod 16, Redis's default count), so
+    up to eight workers share one Redis server without meeting: what a test flushes, counts or
+    watches (MONITOR) is its worker's alone. The subprocesses a worker starts inherit its URL."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    index = int(worker.removeprefix("gw") or 0)
+    assert index < 8, f"at most 8 pytest-xdist workers share one Redis server (16 databases), not {worker}"
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+
+    def db(n: int) -> str:
+        return urlunsplit(parts._replace(path=f"/{n % 16}"))
+
+    return db(base + index), db(base + 8 + index)
+
+
+os.environ["REDIS_URL"], os.environ["TEST_LIMITER_REDIS_URL"] = _worker_redis_dbs(
+    os.environ["REDIS_URL"], os.environ.get("PYTEST_XDIST_WORKER", "")
+)
 os.environ.setdefault("CELERY_QUEUE", f"agentserver-test-{os.getpid()}")
 # In-process tests gain nothing from a pool, and asgiref's threads would keep its connections
 # checked out; the live stack (tests/conftest.py) runs daphne with the pool, as production does.

@@ -195,10 +195,12 @@ class Stack:
             self.receiver.start()
             self.start_web()
             self._start_worker()
-            _wait(self.web_up, 30, "daphne")
+            # Bounds for a machine busy with a whole suite on parallel workers; the waits end
+            # when the processes answer.
+            _wait(self.web_up, 120, "daphne")
             _wait(
                 lambda: "ready." in self.log("worker") and "beat: Starting" in self.log("worker"),
-                60,
+                120,
                 "the worker and beat",
             )
         except BaseException as exc:
@@ -266,7 +268,7 @@ class Stack:
 
     def _manage(self, *args: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=120
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env(), capture_output=True, text=True, timeout=300
         )
         if done.returncode:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")

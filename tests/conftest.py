@@ -422,8 +422,10 @@ def run_embedded(script: str, tmp_path: Path) -> Any:
         "DB_THREADS": "0",
         "LOG_LEVEL": "WARNING",
     }
+    # A bound, not a wait: migrating a fresh SQLite database is most of it, and a machine busy
+    # with parallel workers has taken over 120 s for that.
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -666,6 +668,12 @@ def worker_ready(log: Path) -> bool:
     return "ready." in log.read_text(errors="replace")
 
 
+# How long a server the tests start may take to answer: it returns as soon as the server does.
+# Seconds on an idle machine, but a whole suite on parallel workers (and whatever else shares
+# the machine) can starve a starting process of CPU far longer than that.
+STARTUP_TIMEOUT = 120
+
+
 def _wait_for(predicate, timeout: float, what: str, logs: Path) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -774,9 +782,9 @@ def serving(
         )
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
-        _wait_for(lambda: all(map(serves, urls)), 30, "daphne", logs)
+        _wait_for(lambda: all(map(serves, urls)), STARTUP_TIMEOUT, "daphne", logs)
         if worker:
-            _wait_for(lambda: worker_ready(logs / "worker.log"), 30, "the worker", logs)
+            _wait_for(lambda: worker_ready(logs / "worker.log"), STARTUP_TIMEOUT, "the worker", logs)
         yield procs
     finally:
         stop(procs)

@@ -16,7 +16,7 @@ from google.protobuf import json_format
 from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.conftest import ROOT, _free_port, _wait_for, stop
+from tests.conftest import ROOT, STARTUP_TIMEOUT, _free_port, _wait_for, stop
 
 
 def healthy(address: str) -> bool:
@@ -44,7 +44,7 @@ def grpc_serving(env: dict[str, str], logs: Path, *, binds: tuple[str, ...] = ("
     )
     address = f"127.0.0.1:{port}"
     try:
-        _wait_for(lambda: healthy(address), 30, "serve_grpc", logs)
+        _wait_for(lambda: healthy(address), STARTUP_TIMEOUT, "serve_grpc", logs)
         yield address, proc, log
     finally:
         stop([proc])

@@ -26,7 +26,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 
-from tests.conftest import ROOT, _free_port, _wait_for, daphne_command, serves, user_message
+from tests.conftest import ROOT, STARTUP_TIMEOUT, _free_port, _wait_for, daphne_command, serves, user_message
 from tests.test_static import collect_static
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
@@ -72,7 +72,7 @@ def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[str
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        _wait_for(lambda: serves(url), 30, "daphne", logs)
+        _wait_for(lambda: serves(url), STARTUP_TIMEOUT, "daphne", logs)
         yield url
     finally:
         proc.terminate()

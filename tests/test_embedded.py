@@ -139,7 +139,8 @@ def embedded_server(tmp: Path) -> Iterator[Embedded]:
     """Migrate and seed an embedded store in `tmp`, then serve it with daphne alone."""
     env = _embedded_env(tmp)
     manage = [sys.executable, "manage.py"]
-    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=120)
+    # A bound, not a wait (a busy machine has taken over 120 s to migrate SQLite).
+    subprocess.run([*manage, "migrate", "--noinput"], cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
     seeded = subprocess.run(
         [*manage, "seed_demo", "--json"], cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=60
     )
@@ -239,9 +240,11 @@ def test_an_aip_task_left_awaiting_input_is_canceled_at_its_timeout_by_the_timer
         return response.json()["result"]
 
     assert aip(params)["status"]["state"] == "awaiting-input"  # the writer asks what to write
-    time.sleep(1.5)  # the timeout's job is due after 0.5 s; beat's sweep would take 15 s
-    task = aip({"message": message("get", task_id)})
-    assert task["status"]["state"] == "canceled"
+    # The timeout's job is due after 0.5 s; beat's sweep would take 15 s, so 10 s tells them apart.
+    deadline = time.monotonic() + 10
+    while (task := aip({"message": message("get", task_id)}))["status"]["state"] != "canceled":
+        assert time.monotonic() < deadline, task["status"]
+        time.sleep(0.1)
     assert "awaitingInputTimeout of 500 ms" in task["status"]["dataItems"][0]["text"]
 
 

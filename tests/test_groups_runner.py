@@ -29,7 +29,7 @@ from groups.models import GroupMembership, GroupTask
 from groups.runner import Runner
 from protocols.exchange import Call
 from tasks_app.models import Task
-from tests.conftest import ROOT, make_agent
+from tests.conftest import ROOT, STARTUP_TIMEOUT, make_agent
 from tests.groups_support import BROKER, Leader, broker_connections, close_broker_connections, keyed
 
 ME = "acme/partner"
@@ -336,11 +336,14 @@ def test_the_runner_command_consumes_memberships_and_stops_on_sigterm(partner, l
             )
             try:
                 answer = None
-                for _ in range(50):  # it starts, picks the membership up, answers a query
+                # It starts (a Django process: it may take up to STARTUP_TIMEOUT on a busy
+                # machine), picks the membership up and answers a query: asked until it does.
+                loop = asyncio.get_running_loop()
+                deadline = loop.time() + STARTUP_TIMEOUT
+                while answer is None and loop.time() < deadline:
                     await leader.manage("get-status", mentions=[ME])
                     try:
                         answer = await leader.next(timeout=0.3)
-                        break
                     except TimeoutError:
                         continue
                 proc.send_signal(signal.SIGTERM)

@@ -22,6 +22,7 @@ import pytest
 
 from tests.conftest import (
     ROOT,
+    STARTUP_TIMEOUT,
     WORKER_COMMAND,
     _free_port,
     _live_env,
@@ -68,7 +69,7 @@ def scaled(django_db_setup, django_db_blocker) -> Iterator[Scaled]:
                 beat = [*BEAT_COMMAND, "-s", str(logs / f"beat{i}-schedule"), "--pidfile="]
                 others.append(_start(beat, env, logs / f"beat{i}.log"))
             for i in (1, 2):
-                _wait_for(lambda i=i: worker_ready(logs / f"worker{i}.log"), 30, f"worker {i}", logs)
+                _wait_for(lambda i=i: worker_ready(logs / f"worker{i}.log"), STARTUP_TIMEOUT, f"worker {i}", logs)
             yield Scaled(urls=[f"http://127.0.0.1:{port}" for port in ports], logs=logs)
         finally:
             stop(others)

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import (
     ROOT,
+    STARTUP_TIMEOUT,
     WORKER_COMMAND,
     _free_port,
     _wait_for,
@@ -69,13 +70,13 @@ def _daphne(live, env: dict[str, str]) -> tuple[subprocess.Popen, str, Path]:
     port = _free_port()
     proc, log = _start(live, f"shutdown-web-{port}", daphne_command(port), env)
     base = f"http://127.0.0.1:{port}"
-    _wait_for(lambda: serves(base), 30, "daphne", live.logs)
+    _wait_for(lambda: serves(base), STARTUP_TIMEOUT, "daphne", live.logs)
     return proc, base, log
 
 
 def _worker(live, env: dict[str, str], name: str) -> tuple[subprocess.Popen, Path]:
     proc, log = _start(live, name, WORKER_COMMAND, env)
-    _wait_for(lambda: worker_ready(log), 30, "the worker", live.logs)
+    _wait_for(lambda: worker_ready(log), STARTUP_TIMEOUT, "the worker", live.logs)
     return proc, log
 
 
