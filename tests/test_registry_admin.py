@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accounts.models import Role
 from accounts.services import member_add
 from registry import services
+from registry.curators import curators_group
 from registry.models import Entry, Flag, State
 from tests.conftest import make_agent
 
@@ -33,7 +33,7 @@ def browser_for(client, name: str, *, curator: bool = False, superuser: bool = F
     users = get_user_model().objects
     user = users.create_user(name, password=PASSWORD, is_staff=True, is_superuser=superuser)
     if curator:
-        user.groups.add(Group.objects.get(name="Registry curators"))
+        user.groups.add(curators_group())
     client.force_login(user)
     return client, user
 

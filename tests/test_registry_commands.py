@@ -39,6 +39,15 @@ def test_add_curator_makes_a_staff_curator_and_remove_takes_it_back():
     assert not selectors.is_curator(get_user_model().objects.get(pk=user.pk))
 
 
+def test_add_curator_puts_back_a_curators_group_an_operator_deleted():
+    from django.contrib.auth.models import Group
+
+    Group.objects.filter(name="Registry curators").delete()
+    user = get_user_model().objects.create_user("dave")
+    call_command("add_curator", "dave")
+    assert selectors.is_curator(get_user_model().objects.get(pk=user.pk))
+
+
 def test_rotate_directory_keys_publishes_a_new_key_and_keeps_the_old_one_for_an_attestation_s_lifetime(settings):
     from datetime import timedelta
 

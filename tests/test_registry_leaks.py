@@ -13,7 +13,6 @@ from io import StringIO
 import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
@@ -21,6 +20,7 @@ from django.utils import timezone
 from accounts.models import Role
 from accounts.services import member_add
 from registry import services
+from registry.curators import curators_group
 from registry.models import ApiToken, Flag
 from tests.conftest import make_agent
 
@@ -141,7 +141,7 @@ def test_who_flagged_an_entry_is_shown_to_curators_and_not_to_the_tenant_s_membe
             assert "whistleblower-7" not in html, (role, page)
 
     curator = users.create_user("carol", is_staff=True)
-    curator.groups.add(Group.objects.get(name="Registry curators"))
+    curator.groups.add(curators_group())
     client.force_login(curator)
     for page in pages:
         assert "whistleblower-7" in client.get(page).content.decode(), page

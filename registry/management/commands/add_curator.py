@@ -1,10 +1,8 @@
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from accounts.services import staff_make
-
-CURATORS = "Registry curators"
+from registry.curators import curators_group
 
 
 class Command(BaseCommand):
@@ -18,7 +16,7 @@ class Command(BaseCommand):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user {username!r}")
-        group = Group.objects.get(name=CURATORS)
+        group = curators_group()
         if remove:
             user.groups.remove(group)
             self.stdout.write(f"{username} is no longer a curator")
