@@ -112,7 +112,8 @@ def drain(grace: float) -> threading.Timer:
     """Start the shutdown: after `grace` seconds, cut every run still in flight (each hands its
     task back) and any that starts later. Celery's warm shutdown then waits for the pool
     threads, which return once their runs' outcomes are recorded."""
-    log.info("run host: %d runs in flight; those not done in %.0f s will be handed back", in_flight(), grace)
+    if in_flight():
+        log.info("run host: %d runs in flight; those not done in %g s will be handed back", in_flight(), grace)
     timer = threading.Timer(grace, cut)
     timer.daemon = True
     timer.start()

@@ -58,7 +58,9 @@ def _run(*, task_id: Any, run_token: uuid.UUID) -> str:
         outcome = _fail(task_id, run_token, Failure.MISCONFIGURED, problem)
     elif is_async(executor):  # sent here, not to the run host: it waits in this process alone
         try:
-            outcome = runhost.call(_executed_async, executor=executor, ctx=ctx, task_id=task_id, run_token=run_token)
+            outcome = runhost.call(
+                _executed_async, executor=executor, ctx=ctx, task_id=task_id, run_token=run_token, watch=False
+            )
         except SoftTimeLimitExceeded:  # Celery's limit came first, to the waiting thread
             _discard_connections()
             outcome = _timed_out(task_id, run_token)
@@ -192,16 +194,20 @@ def _executed_sync(executor: Executor, ctx: AgentContext, task_id: Any, run_toke
     return _executed(executor, ctx, task_id=task_id, run_token=run_token)
 
 
-async def _executed_async(*, executor: Executor, ctx: AgentContext, task_id: Any, run_token: uuid.UUID) -> str:
+async def _executed_async(
+    *, executor: Executor, ctx: AgentContext, task_id: Any, run_token: uuid.UUID, watch: bool = True
+) -> str:
     """Await the executor within its time limit, cancelled within a second of its task's
-    cancel (a watcher woken by the task's hints) or at the end of a shutdown's grace."""
+    cancel (a watcher woken by the task's hints) or at the end of a shutdown's grace. Without
+    `watch` (a prefork child, one run at a time) it finds a cancel as a sync one does, at its
+    next verb: no child subscribes to every task's hints for the sake of one run."""
     actx = AsyncAgentContext(ctx)
     me = asyncio.current_task()
     assert me is not None
     error: Exception | None = None
     timed_out = False
     with runhost.hosted() as stop:
-        watcher = asyncio.ensure_future(_cancel_watch(actx, me, stop))
+        watcher = asyncio.ensure_future(_cancel_watch(actx, me, stop)) if watch else None
         limit = asyncio.timeout(settings.AGENT_SOFT_TIME_LIMIT)
         try:
             if not stop.why:  # a run starting after the shutdown's grace hands back at once
@@ -219,7 +225,8 @@ async def _executed_async(*, executor: Executor, ctx: AgentContext, task_id: Any
         except Exception as exc:  # noqa: BLE001 - sorted out by _outcome
             error = exc
         finally:
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
     if timed_out:
         return await dbcalls.run(_timed_out, task_id, run_token)
     if stop.why and not ctx.settled and error is None:

@@ -337,7 +337,7 @@ def cancel_soon(task_holder: dict, after: float) -> threading.Thread:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_cancel_reaches_a_waiting_async_run_within_a_second(run_async_with):
+def test_a_cancel_reaches_a_waiting_async_run_on_the_run_host_within_a_second(run_with):
     holder: dict = {}
 
     async def waits(ctx):
@@ -347,7 +347,7 @@ def test_a_cancel_reaches_a_waiting_async_run_within_a_second(run_async_with):
         await ctx.complete("never")
 
     canceller = cancel_soon(holder, 0.3)
-    task, outcome = run_async_with(waits)
+    task, outcome = run_with(waits, run=on_the_run_host)
     canceller.join(5)
     assert time.monotonic() - holder["canceled_at"] < 1
     assert outcome == "closed" and task.state == TaskState.CANCELED
