@@ -159,7 +159,7 @@ def test_an_async_executors_run_goes_to_the_run_hosts_queue_as_celery_would_send
 
 def test_a_sync_executors_run_still_goes_to_the_prefork_workers(runs_queue, monkeypatch):
     sent = sent_by(monkeypatch)
-    dispatch.enqueue_run(task_id=uuid.uuid4(), run_token=uuid.uuid4(), executor="echo")
+    dispatch.enqueue_run(task_id=uuid.uuid4(), run_token=uuid.uuid4(), executor="writer")
     [(_, queue, raw)] = sent
     assert queue == app.conf.task_default_queue and orjson.loads(raw)["headers"]["task"] == dispatch.RUN_AGENT
 
