@@ -54,6 +54,17 @@ def _beat(**_: object) -> None:
     holders.start_heartbeat()
 
 
+@signals.worker_shutting_down.connect
+def _drain_runs(**_: object) -> None:
+    # A warm shutdown: the run host's runs in flight get SHUTDOWN_GRACE seconds to finish, then
+    # hand their tasks back (tasks_app/runhost.py); Celery waits for their pool threads.
+    from django.conf import settings
+
+    from tasks_app import runhost
+
+    runhost.drain(settings.SHUTDOWN_GRACE)
+
+
 @signals.worker_process_shutdown.connect
 def _flush_traces(**_: object) -> None:
     from agentserver import tracing

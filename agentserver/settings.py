@@ -166,6 +166,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = False
 # echoes than 2 at c=32 in interleaved runs; 6 served fewer.
 CELERY_WORKER_CONCURRENCY = env.int("WORKER_CONCURRENCY", default=4)
 CELERY_WORKER_PREFETCH_MULTIPLIER = env.int("CELERY_PREFETCH", default=4)
+# The queue of async executors' runs, served by the run host (a worker with the threads pool:
+# `celery worker -P threads -c 1000 -Q <this>`, whose threads hand each run to one asyncio loop of
+# the process, tasks_app/runhost.py). Empty: their runs go to the prefork workers with every
+# other run, and each waits there in a process of its own, as a sync executor's does.
+ASYNC_RUNS_QUEUE = env.str("ASYNC_RUNS_QUEUE", default="")
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True

@@ -143,6 +143,11 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 export METRICS_ENABLED="${METRICS_ENABLED:-1}"
 # No METRICS_TOKEN on this machine: the server listens on loopback only (docs/operations.md).
 export METRICS_PUBLIC="${METRICS_PUBLIC:-1}"
+# Async executors' runs (the echo's among them) go to the run host, a worker of its own whose
+# threads hand each run to one asyncio loop: a run that waits costs a coroutine, not a process
+# (docs/architecture.md, "The run host"). Exported for the web processes, which send them there.
+((EMBEDDED)) || export ASYNC_RUNS_QUEUE="${ASYNC_RUNS_QUEUE:-agentserver-runs}"
+RUN_HOST_THREADS="${RUN_HOST_THREADS:-1000}"
 log "migrating (log: ${RUN_DIR#"$ROOT"/}/migrate.log)"
 "$VPY" manage.py migrate --noinput >"$RUN_DIR/migrate.log" 2>&1 \
   || { show_log "$RUN_DIR/migrate.log"; die "manage.py migrate failed"; }
@@ -218,6 +223,10 @@ if ((EMBEDDED == 0)); then
   start_bg worker "$RUN_DIR/worker.log" \
     "$VENV/bin/celery" -A agentserver worker -B -l info \
     -s "$RUN_DIR/celerybeat-schedule"
+  # The run host: the threads pool on the async runs' queue only (tasks_app/runhost.py).
+  start_bg runhost "$RUN_DIR/runhost.log" \
+    "$VENV/bin/celery" -A agentserver worker -l info -P threads -c "$RUN_HOST_THREADS" \
+    -Q "$ASYNC_RUNS_QUEUE" -n "runhost@%h"
   # AIP group mode (docs/groups.md): consumes the groups the hosted agents joined. It needs no
   # broker to start; each membership names its own.
   start_bg groups "$RUN_DIR/groups.log" "$VPY" manage.py aip_groups
@@ -243,7 +252,7 @@ done
   if ((EMBEDDED)); then
     echo "  mode: ${_Y}EMBEDDED${_N} (SQLite at ${SQLITE_PATH#"$ROOT"/}, background work in-process, no Celery worker)"
   else
-    echo "  mode: Postgres + Redis, Celery worker with beat, AIP group runner"
+    echo "  mode: Postgres + Redis, Celery worker with beat, run host ($RUN_HOST_THREADS waiting runs of async agents, queue $ASYNC_RUNS_QUEUE), AIP group runner"
   fi
   echo
   echo "  Agents (tenant ${TENANT:-?}):"
@@ -279,7 +288,7 @@ done
   echo "  Tenant API: $BASE/api/v1/tenants/${TENANT:-<tenant>}/ with a management key (manage.py create_api_key ${TENANT:-<tenant>} --management-role owner; docs/api.md)"
   echo "  API docs page: $BASE/api/docs/"
   echo
-  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/grpc.log ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/groups.log")"
+  echo "  Logs: ${RUN_DIR#"$ROOT"/}/web.log$( ((EMBEDDED)) || echo " ${RUN_DIR#"$ROOT"/}/grpc.log ${RUN_DIR#"$ROOT"/}/worker.log ${RUN_DIR#"$ROOT"/}/runhost.log ${RUN_DIR#"$ROOT"/}/groups.log")"
 } | tee "$RUN_DIR/info.txt"
 echo "  Press Ctrl-C to stop."
 

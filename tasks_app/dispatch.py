@@ -11,6 +11,7 @@ import base64
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -23,6 +24,7 @@ from . import redis_lines
 log = logging.getLogger(__name__)
 
 RUN_AGENT = "tasks_app.tasks.run_agent"
+RUN_AGENT_ASYNC = "tasks_app.tasks.run_agent_async"
 FORWARD_CANCEL = "tasks_app.tasks.forward_cancel"
 EXPIRE_AWAITING = "tasks_app.tasks.expire_awaiting"
 
@@ -39,11 +41,36 @@ def _publish_options() -> dict[str, Any]:
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 
 
+def _never(name: str) -> bool:
+    return False
+
+
+# Whether an executor (by name) is async: set by tasks_app.executors, which imports this module.
+executor_is_async: Callable[[str], bool] = _never
+
+
+def _route(task_id: Any, executor: str | None) -> tuple[str, str]:
+    """The job and the queue of a run: an async executor's goes to the run host's queue (when
+    there is one), any other to the prefork workers'. A sender that does not know the executor
+    (a sweep's resend) costs one query to find it."""
+    queue = settings.ASYNC_RUNS_QUEUE
+    if queue:
+        if executor is None:
+            from .selectors import task_executor
+
+            executor = task_executor(task_id) or ""
+        if executor_is_async(executor):
+            return RUN_AGENT_ASYNC, queue
+    return RUN_AGENT, current_app.conf.task_default_queue
+
+
 @functools.cache
-def _run_envelope() -> tuple[dict[str, Any], dict[str, Any]]:
+def _run_envelope(task: str = RUN_AGENT, queue: str = "") -> tuple[dict[str, Any], dict[str, Any]]:
+    # The run host's pool (threads) has no time limits: its runs keep their own (runner.run_async).
+    limits = [settings.AGENT_TIME_LIMIT, settings.AGENT_SOFT_TIME_LIMIT] if task == RUN_AGENT else [None, None]
     headers = {
         "lang": "py",
-        "task": RUN_AGENT,
+        "task": task,
         "id": None,
         "shadow": None,
         "eta": None,
@@ -51,7 +78,7 @@ def _run_envelope() -> tuple[dict[str, Any], dict[str, Any]]:
         "group": None,
         "group_index": None,
         "retries": 0,
-        "timelimit": [settings.AGENT_TIME_LIMIT, settings.AGENT_SOFT_TIME_LIMIT],
+        "timelimit": limits,
         "root_id": None,
         "parent_id": None,
         "argsrepr": None,
@@ -68,7 +95,7 @@ def _run_envelope() -> tuple[dict[str, Any], dict[str, Any]]:
         "argsrepr": None,
         "kwargsrepr": "{}",
         "delivery_mode": 2,
-        "delivery_info": {"exchange": "", "routing_key": current_app.conf.task_default_queue},
+        "delivery_info": {"exchange": "", "routing_key": queue or current_app.conf.task_default_queue},
         "priority": 0,
         "body_encoding": "base64",
         "delivery_tag": None,
@@ -76,11 +103,12 @@ def _run_envelope() -> tuple[dict[str, Any], dict[str, Any]]:
     return headers, properties
 
 
-def run_message(task_id: str, run_token: str) -> bytes:
-    """What `apply_async` of run_agent would LPUSH, built without it: Celery's publish (the
-    task message, kombu's producer, its channel, the serializer) cost ~0.25 ms of a web
-    process's CPU per send, this ~25 us. tests/test_dispatch.py holds it equal to Celery's own."""
-    headers, properties = _run_envelope()
+def run_message(task_id: str, run_token: str, *, task: str = RUN_AGENT, queue: str = "") -> bytes:
+    """What `apply_async` of run_agent (or `task`, to `queue`) would LPUSH, built without it:
+    Celery's publish (the task message, kombu's producer, its channel, the serializer) cost
+    ~0.25 ms of a web process's CPU per send, this ~25 us. tests/test_dispatch.py holds it equal
+    to Celery's own."""
+    headers, properties = _run_envelope(task, queue)
     job = str(uuid.uuid4())
     args = [task_id, run_token]
     argsrepr = repr(tuple(args))
@@ -114,22 +142,26 @@ def _direct() -> bool:
     )
 
 
-def enqueue_run(*, task_id: Any, run_token: Any) -> None:
-    """Send one run to the workers. Called after commit; if the broker is down the work stays
-    committed and unclaimed, and the sweeper sends it again."""
+def enqueue_run(*, task_id: Any, run_token: Any, executor: str | None = None) -> None:
+    """Send one run to the workers (`executor`, the agent's, says which: found if not given).
+    Called after commit; if the broker is down the work stays committed and unclaimed, and the
+    sweeper sends it again."""
     args = (str(task_id), str(run_token))
     try:
+        job, queue = _route(task_id, executor)
         if _direct():
             line = redis_lines.connection(settings.CELERY_BROKER_URL)
             assert line is not None
-            redis_lines.command(line, "LPUSH", current_app.conf.task_default_queue, run_message(*args))
+            redis_lines.command(line, "LPUSH", queue, run_message(*args, task=job, queue=queue))
             return
-        current_app.tasks[RUN_AGENT].apply_async(
+        limited = job == RUN_AGENT  # the run host keeps its runs' limits itself (runner.run_async)
+        current_app.tasks[job].apply_async(
             args,
-            soft_time_limit=settings.AGENT_SOFT_TIME_LIMIT,
-            time_limit=settings.AGENT_TIME_LIMIT,
+            soft_time_limit=settings.AGENT_SOFT_TIME_LIMIT if limited else None,
+            time_limit=settings.AGENT_TIME_LIMIT if limited else None,
             argsrepr=repr(args),  # Celery's own, through saferepr, costs more than the rest of the message
             kwargsrepr="{}",
+            **({} if limited else {"queue": queue}),
             **_publish_options(),
         )
     except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; the sweeper recovers all

@@ -224,6 +224,11 @@ def task_state(task_id: Any) -> str | None:
     return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
 
 
+def task_executor(task_id: Any) -> str | None:
+    """The name of the executor of the task's agent (None if the task is gone)."""
+    return Task.objects.filter(pk=task_id).values_list("agent__executor", flat=True).first()
+
+
 def _encode_cursor(ts: datetime, pk: Any) -> str:
     return base64.urlsafe_b64encode(f"{ts.isoformat()}|{pk}".encode()).decode().rstrip("=")
 

@@ -117,11 +117,11 @@ def _after_commit(task: Task | _Written, *, created: bool = False) -> None:
     transaction.on_commit(lambda: hooks.task_changed(change))
 
 
-def _enqueue_run(task: Task) -> None:
+def _enqueue_run(task: Task, executor: str) -> None:
     """Register after `_after_commit`: the hint is one cheap PUBLISH that streams of the task
     wait for, the broker's publish takes longer, and on_commit callbacks run in order."""
     task_id, token = task.id, task.run_token
-    transaction.on_commit(lambda: dispatch.enqueue_run(task_id=task_id, run_token=token))
+    transaction.on_commit(lambda: dispatch.enqueue_run(task_id=task_id, run_token=token, executor=executor))
 
 
 def _message_fields(
@@ -295,7 +295,7 @@ def message_receive(
                 activated_extensions=activated_extensions,
             )
             _after_commit(task)
-            _enqueue_run(task)
+            _enqueue_run(task, agent.executor)
         return task, stored
     # A new task: the hot path. Nothing to lock or check, so it is inserts only.
     task = sql.made(
@@ -329,7 +329,7 @@ def message_receive(
         with _client_id_taken(client_task_id):
             stored = _task_insert_in_one_statement(task, message, payload, now, caps, activated_extensions)
         _after_commit(task, created=True)
-        _enqueue_run(task)
+        _enqueue_run(task, agent.executor)
         return task, stored
     with transaction.atomic():
         _room_check(tenant_id=agent.tenant_id, caps=caps)
@@ -341,7 +341,7 @@ def message_receive(
         StatusChange.objects.create(task=task, state=TaskState.SUBMITTED, timestamp=now)
         TaskEvent.objects.create(task=task, seq=1, kind=EventKind.STATUS, payload=payload)
         _after_commit(task, created=True)
-        _enqueue_run(task)
+        _enqueue_run(task, agent.executor)
     return task, stored
 
 

@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from . import dispatch, liveness, metrics, runner, services
+from . import dispatch, liveness, metrics, runhost, runner, services
 from .executors import REGISTRY
 from .leases import one_at_a_time
 
@@ -18,6 +18,13 @@ log = logging.getLogger(__name__)
 @shared_task(name=dispatch.RUN_AGENT, acks_late=True, ignore_result=True)
 def run_agent(task_id: str, run_token: str) -> str:
     return runner.run(task_id=task_id, run_token=run_token)
+
+
+@shared_task(name=dispatch.RUN_AGENT_ASYNC, acks_late=True, ignore_result=True)
+def run_agent_async(task_id: str, run_token: str) -> str:
+    """An async executor's run, on the run host: this pool thread waits while the run's
+    coroutine waits on the process's loop (tasks_app/runhost.py)."""
+    return runhost.call(runner.run_async, task_id=task_id, run_token=run_token)
 
 
 @shared_task(name=dispatch.FORWARD_CANCEL, acks_late=True, ignore_result=True)

@@ -652,6 +652,13 @@ WORKER_COMMAND = [
 ]
 
 
+# The run host (tasks_app/runhost.py): a worker with the threads pool on the async runs' queue.
+RUN_HOST_COMMAND = [
+    *("celery", "-A", "agentserver", "worker", "-l", "info", "-P", "threads", "--concurrency", "1000"),
+    *("--without-gossip", "--without-mingle", "--without-heartbeat"),
+]
+
+
 def daphne_command(port: int) -> list[str]:
     return ["daphne", "-b", "127.0.0.1", "-p", str(port), "agentserver.asgi:application"]
 

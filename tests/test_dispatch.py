@@ -104,3 +104,83 @@ def test_a_run_goes_through_celery_when_something_listens_to_its_publish_signals
     finally:
         signals.before_task_publish.disconnect(listener)
     assert len(publishing) == 1 and seen == [publishing[0]["headers"]["id"]]
+
+
+@pytest.fixture
+def waiter():
+    """An async executor, registered for the test."""
+    from tasks_app.executors import REGISTRY, Executor
+
+    class Waiter(Executor):
+        name = "test-waiter"
+
+        async def execute(self, ctx):  # pragma: no cover - only routed here, never run
+            await ctx.complete()
+
+    REGISTRY[Waiter.name] = Waiter
+    yield Waiter.name
+    REGISTRY.pop(Waiter.name)
+
+
+@pytest.fixture
+def runs_queue(settings, publishing):
+    settings.ASYNC_RUNS_QUEUE = "agentserver-test-runs"
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    yield settings.ASYNC_RUNS_QUEUE
+    client.delete(settings.ASYNC_RUNS_QUEUE)
+
+
+def sent_by(monkeypatch) -> list:
+    from tasks_app import redis_lines
+
+    sent: list = []
+    original = redis_lines.command
+    monkeypatch.setattr(redis_lines, "command", lambda line, *args: sent.append(args) or original(line, *args))
+    return sent
+
+
+def test_an_async_executors_run_goes_to_the_run_hosts_queue_as_celery_would_send_it(
+    runs_queue, waiter, publishing, monkeypatch
+):
+    sent = sent_by(monkeypatch)
+    task_id, token = str(uuid.uuid4()), str(uuid.uuid4())
+    dispatch.enqueue_run(task_id=task_id, run_token=token, executor=waiter)
+    [(command, queue, raw)] = sent
+    assert (command, queue) == ("LPUSH", runs_queue)
+    ours = orjson.loads(raw)
+    assert ours["headers"]["task"] == dispatch.RUN_AGENT_ASYNC
+    assert ours["headers"]["timelimit"] == [None, None]  # the run host keeps the limit itself
+    app.tasks[dispatch.RUN_AGENT_ASYNC].apply_async(
+        (task_id, token), queue=runs_queue, argsrepr=repr((task_id, token)), kwargsrepr="{}"
+    )
+    [celerys] = publishing
+    assert _without_ids(ours) == _without_ids(celerys)
+
+
+def test_a_sync_executors_run_still_goes_to_the_prefork_workers(runs_queue, monkeypatch):
+    sent = sent_by(monkeypatch)
+    dispatch.enqueue_run(task_id=uuid.uuid4(), run_token=uuid.uuid4(), executor="writer")
+    [(_, queue, raw)] = sent
+    assert queue == app.conf.task_default_queue and orjson.loads(raw)["headers"]["task"] == dispatch.RUN_AGENT
+
+
+def test_without_a_run_hosts_queue_an_async_executors_run_goes_to_the_prefork_workers(waiter, publishing, monkeypatch):
+    sent = sent_by(monkeypatch)
+    dispatch.enqueue_run(task_id=uuid.uuid4(), run_token=uuid.uuid4(), executor=waiter)
+    [(_, queue, raw)] = sent
+    assert queue == app.conf.task_default_queue and orjson.loads(raw)["headers"]["task"] == dispatch.RUN_AGENT
+
+
+def test_a_run_sent_again_without_its_executor_finds_its_queue(runs_queue, waiter, tenant, monkeypatch):
+    from accounts.selectors import Principal
+    from tasks_app import services
+    from tasks_app.domain import NewMessage
+    from tests.conftest import make_agent
+
+    agent = make_agent(tenant, "waiter", waiter)
+    message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": "x"}])
+    task, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
+    sent = sent_by(monkeypatch)
+    dispatch.enqueue_run(task_id=task.pk, run_token=task.run_token)  # as the sweeper sends it
+    [(_, queue, _raw)] = sent
+    assert queue == runs_queue

@@ -1,13 +1,17 @@
 """Running an executor: whatever it does, its task ends settled, never stuck."""
 
+import asyncio
+import inspect
 import signal
+import threading
+import time
 import uuid
 
 import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
 from accounts.selectors import Principal
-from tasks_app import runner, services
+from tasks_app import runhost, runner, services, tasks
 from tasks_app.domain import NewMessage
 from tasks_app.executors import REGISTRY, Executor
 from tasks_app.lifecycle import TaskState
@@ -25,16 +29,24 @@ def run_with(tenant, monkeypatch):
     monkeypatch.setattr(dispatch, "enqueue_run", lambda **kw: go.enqueued.append(kw))
     registered = []
 
-    def go(execute, text="hello", rerunnable=False):
+    def go(execute, text="hello", rerunnable=False, run=runner.run):
         name = f"test-{uuid.uuid4().hex[:8]}"
-        REGISTRY[name] = type(
-            "E", (Executor,), {"name": name, "rerunnable": rerunnable, "execute": lambda self, ctx: execute(ctx)}
-        )
+        if inspect.iscoroutinefunction(execute):
+
+            async def executes(self, ctx):
+                await execute(ctx)
+
+        else:
+
+            def executes(self, ctx):
+                execute(ctx)
+
+        REGISTRY[name] = type("E", (Executor,), {"name": name, "rerunnable": rerunnable, "execute": executes})
         registered.append(name)
         agent = make_agent(tenant, name, name)
         message = NewMessage(message_id="m", role="user", parts=[{"type": "text", "text": text}])
         task, _ = services.message_receive(agent=agent, principal=Principal("alice", api_key_id=1), message=message)
-        outcome = runner.run(task_id=task.pk, run_token=str(task.run_token))
+        outcome = run(task_id=task.pk, run_token=str(task.run_token))
         task.refresh_from_db()
         return task, outcome
 
@@ -133,7 +145,8 @@ def test_a_rerunnable_agent_the_store_went_away_under_runs_again(run_with):
 
     task, outcome = run_with(writes_after_a_restart_once, rerunnable=True)
     assert outcome == "run-again" and task.state == TaskState.WORKING and task.run_retries == 1
-    assert run_with.enqueued[1:] == [{"task_id": task.pk, "run_token": task.run_token}]  # after the first run's
+    again = {"task_id": task.pk, "run_token": task.run_token, "executor": task.agent.executor}
+    assert run_with.enqueued[1:] == [again]  # after the first run's
     assert runner.run(task_id=task.pk, run_token=str(task.run_token)) == "done"
     task.refresh_from_db()
     assert task.state == TaskState.COMPLETED and len(runs) == 2
@@ -232,3 +245,156 @@ def test_an_agent_with_an_unknown_executor_fails_clearly(tenant, monkeypatch):
     assert runner.run(task_id=task.pk, run_token=task.run_token) == "failed"
     task.refresh_from_db()
     assert task.failure == "misconfigured" and "no-such-executor" in task.status_changes.last().reason
+
+
+# --- async executors: coroutines on the run host ------------------------------------------
+
+
+def on_the_run_host(*, task_id, run_token):
+    """A run as the run host's Celery job takes it (tasks.run_agent_async)."""
+    return tasks.run_agent_async.run(str(task_id), str(run_token))
+
+
+@pytest.fixture(params=["prefork", "run host"])
+def run_async_with(request, run_with):
+    """An async executor's run, sent to a prefork worker (which waits for it alone) or to the run host."""
+    via = runner.run if request.param == "prefork" else on_the_run_host
+    return lambda execute, **kw: run_with(execute, run=via, **kw)
+
+
+def test_an_async_executor_awaits_its_verbs_and_completes_its_task(run_async_with):
+    async def answers(ctx):
+        await ctx.working("thinking")
+        assert await ctx.cancelled is False
+        ctx.state["seen"] = ctx.text
+        await ctx.save_state()
+        await ctx.artifact("part one", artifact_id="a", name="answer")
+        await ctx.complete(f"done with {ctx.text}", artifact=" and two", artifact_id="a", append=True)
+
+    task, outcome = run_async_with(answers)
+    assert outcome == "done" and task.state == TaskState.COMPLETED
+    assert task.status_message.parts == [{"type": "text", "text": "done with hello"}]
+    assert [p["text"] for p in task.artifacts.get().parts] == ["part one", " and two"]
+    assert task.executor_state == {"seen": "hello"}
+
+
+def test_an_async_executor_that_raises_fails_its_task_with_a_reason(run_async_with):
+    async def boom(ctx):
+        await ctx.working()
+        raise KeyError("oops")
+
+    task, outcome = run_async_with(boom)
+    assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "agent-error"
+    assert task.status_changes.last().reason == "the agent raised KeyError"
+
+
+def test_an_async_executor_that_returns_without_settling_breaks_the_contract(run_async_with):
+    async def idle(ctx):
+        await ctx.working()
+
+    task, outcome = run_async_with(idle)
+    assert outcome == "failed" and task.failure == "invalid-response"
+
+
+def test_an_async_executor_past_its_time_limit_is_stopped_and_its_task_fails(run_async_with, settings):
+    settings.AGENT_SOFT_TIME_LIMIT = 1
+
+    async def waits_too_long(ctx):
+        await ctx.working()
+        await asyncio.sleep(30)
+
+    started = time.monotonic()
+    task, outcome = run_async_with(waits_too_long)
+    assert time.monotonic() - started < 5  # stopped at its limit, not after its wait
+    assert outcome == "failed" and task.state == TaskState.FAILED and task.failure == "time-limit"
+    assert task.status_changes.last().reason == "the agent exceeded its time limit of 1 s"
+
+
+def test_an_async_executors_own_timeout_is_its_own_error_not_the_time_limit(run_async_with):
+    async def gives_up(ctx):
+        async with asyncio.timeout(0.01):
+            await asyncio.sleep(1)
+
+    task, outcome = run_async_with(gives_up)
+    assert task.failure == "agent-error" and task.status_changes.last().reason == "the agent raised TimeoutError"
+
+
+def cancel_soon(task_holder: dict, after: float) -> threading.Thread:
+    """Cancel the task (as an operator would) from another thread, `after` seconds from now."""
+    from django.db import connection
+
+    def cancel():
+        time.sleep(after)
+        while "id" not in task_holder:
+            time.sleep(0.01)
+        services.task_cancel_as_operator(task_id=task_holder["id"])
+        task_holder["canceled_at"] = time.monotonic()
+        connection.close()
+
+    thread = threading.Thread(target=cancel, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_reaches_a_waiting_async_run_on_the_run_host_within_a_second(run_with):
+    holder: dict = {}
+
+    async def waits(ctx):
+        holder["id"] = ctx.task_id
+        await ctx.working()
+        await asyncio.sleep(30)
+        await ctx.complete("never")
+
+    canceller = cancel_soon(holder, 0.3)
+    task, outcome = run_with(waits, run=on_the_run_host)
+    canceller.join(5)
+    assert time.monotonic() - holder["canceled_at"] < 1
+    assert outcome == "closed" and task.state == TaskState.CANCELED
+    assert task.status_changes.last().state == TaskState.CANCELED
+
+
+@pytest.mark.parametrize("rerunnable", [True, False], ids=["rerunnable", "not rerunnable"])
+def test_a_shutdown_hands_back_the_async_runs_still_waiting_after_its_grace(run_with, settings, rerunnable):
+    settings.SHUTDOWN_GRACE = 0.2
+
+    async def waits(ctx):
+        await ctx.working()
+        await asyncio.sleep(30)
+
+    timer = runhost.drain(settings.SHUTDOWN_GRACE)
+    try:
+        started = time.monotonic()
+        task, outcome = run_with(waits, rerunnable=rerunnable, run=on_the_run_host)
+    finally:
+        timer.cancel()
+        runhost.reset()
+    assert time.monotonic() - started < 5
+    if rerunnable:  # as a lost run: run again with a fresh token
+        assert outcome == "run-again" and task.state == TaskState.WORKING and task.run_retries == 1
+        assert run_with.enqueued[-1]["run_token"] == task.run_token and task.run_claimed_at is None
+    else:  # it may have acted already: failed as lost, saying why
+        assert outcome == "failed" and task.failure == "worker-lost"
+        assert "stopped before the agent finished" in task.status_changes.last().reason
+
+
+def test_a_run_that_starts_after_the_shutdowns_grace_hands_back_without_running(run_with):
+    ran = []
+
+    async def records(ctx):
+        ran.append(1)
+        await ctx.complete()
+
+    runhost.cut()
+    try:
+        task, outcome = run_with(records, rerunnable=True, run=on_the_run_host)
+    finally:
+        runhost.reset()
+    assert ran == [] and outcome == "run-again" and task.run_retries == 1
+
+
+@pytest.mark.django_db(transaction=True)  # it runs on a thread of the run host's, outside the test's transaction
+def test_the_run_hosts_job_runs_a_sync_executor_sent_to_it(run_with):
+    # e.g. a run queued before its agent's executor changed: it still runs.
+    task, outcome = run_with(lambda ctx: ctx.complete("sync"), run=on_the_run_host)
+    assert outcome == "done" and task.state == TaskState.COMPLETED

@@ -52,7 +52,7 @@ def test_work_is_enqueued_only_after_commit_with_the_run_token(echo_agent, no_en
     with transaction.atomic():
         task = receive(echo_agent)
         assert no_enqueue == []
-    assert no_enqueue == [{"task_id": task.pk, "run_token": task.run_token}]
+    assert no_enqueue == [{"task_id": task.pk, "run_token": task.run_token, "executor": "echo"}]
 
 
 def test_every_change_appends_one_event_with_the_next_seq(echo_agent, no_enqueue):

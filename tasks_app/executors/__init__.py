@@ -3,8 +3,9 @@ through the entry point group `agentserver.executors` (plugins.py)."""
 
 from accounts import selectors
 
+from .. import dispatch
 from . import plugins
-from .base import REGISTRY, AgentContext, AgentFailure, Executor, Misconfigured, register
+from .base import REGISTRY, AgentContext, AgentFailure, AsyncAgentContext, Executor, Misconfigured, is_async, register
 
 plugins.load_all()
 
@@ -22,13 +23,26 @@ def executor_withdrawn(*, agent: str, executor: str) -> str | None:
     return selectors.executor_withdrawn(tenant_slug=agent.split("/", 1)[0], executor=executor)
 
 
+def runs_async(name: str) -> bool:
+    """Whether the executor `name` is async (its runs go to the run host); False if unknown."""
+    cls = REGISTRY.get(name)
+    return cls is not None and is_async(cls)
+
+
+# The dispatcher routes runs by it; it cannot import the executors, which import it.
+dispatch.executor_is_async = runs_async
+
+
 def choices() -> list[tuple[str, str]]:
     return [(name, name) for name in sorted(REGISTRY)]
 
 
 __all__ = [
     "AgentContext",
+    "AsyncAgentContext",
     "AgentFailure",
+    "is_async",
+    "runs_async",
     "Executor",
     "Misconfigured",
     "REGISTRY",

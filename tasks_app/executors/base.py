@@ -4,13 +4,15 @@ so each one is persisted, logged as an event and visible to readers before it re
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from .. import dispatch, media, selectors, services
+from .. import dbcalls, dispatch, media, selectors, services
 from .. import parts as P
 from ..domain import MessageView, NewArtifact, TaskLimits
 from ..errors import TaskClosed
@@ -252,6 +254,138 @@ class AgentContext:
         self.settled = True
 
 
+class AsyncAgentContext:
+    """What an async executor (`async def execute(ctx)`) is given: the reads of `AgentContext`
+    as they are, and its verbs awaitable (`await ctx.complete(...)`, `await ctx.cancelled`).
+
+    Each verb is the same service call as the sync verb's, run on the bounded DB threads
+    (tasks_app.dbcalls), so a run that waits between verbs holds no connection and no thread.
+    A run's verbs take turns (one at a time, in the order awaited), as the sync ones do. A run
+    needs not poll `cancelled`: a cancel of its task cancels its coroutine within a second."""
+
+    def __init__(self, sync: AgentContext) -> None:
+        self.sync = sync
+        self.busy = 0  # verbs under way: a cancel waits for them (each raises TaskClosed itself)
+        self._turn = asyncio.Lock()
+
+    async def _call(self, verb: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.busy += 1
+        try:
+            async with self._turn:
+                return await dbcalls.run(verb, *args, **kwargs)
+        finally:
+            self.busy -= 1
+
+    # --- reads (no query) ---------------------------------------------------------------
+
+    @property
+    def task_id(self) -> str:
+        return self.sync.task_id
+
+    @property
+    def context_id(self) -> str:
+        return self.sync.context_id
+
+    @property
+    def message(self) -> MessageView:
+        return self.sync.message
+
+    @property
+    def history(self) -> list[MessageView]:
+        return self.sync.history
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self.sync.settings
+
+    @property
+    def accepted_output_modes(self) -> list[str]:
+        return self.sync.accepted_output_modes
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self.sync.state
+
+    @property
+    def settled(self) -> bool:
+        return self.sync.settled
+
+    @property
+    def dialect(self) -> str:
+        return self.sync.dialect
+
+    @property
+    def task_state(self) -> str:
+        return self.sync.task_state
+
+    @property
+    def limits(self) -> TaskLimits:
+        return self.sync.limits
+
+    @property
+    def secret(self) -> str:
+        return self.sync.secret
+
+    @property
+    def extensions(self) -> list[str]:
+        return self.sync.extensions
+
+    def extension(self, uri: str) -> ExtensionUse | None:
+        return self.sync.extension(uri)
+
+    @property
+    def text(self) -> str:
+        return self.sync.text
+
+    @property
+    def user_texts(self) -> list[str]:
+        return self.sync.user_texts
+
+    def accepts(self, media_type: str) -> bool:
+        return self.sync.accepts(media_type)
+
+    # --- verbs (awaitable) ----------------------------------------------------------------
+
+    @property
+    def cancelled(self) -> Awaitable[bool]:
+        """`await ctx.cancelled`: True once the task was canceled (or otherwise closed)."""
+        return self._call(lambda: self.sync.cancelled)
+
+    async def save_state(self) -> None:
+        await self._call(self.sync.save_state)
+
+    async def working(self, msg: Content = None) -> None:
+        await self._call(self.sync.working, msg)
+
+    async def artifact(self, parts: Content, **kwargs: Any) -> str:
+        """As `AgentContext.artifact` (name, artifact_id, description, append, last_chunk, metadata)."""
+        return await self._call(self.sync.artifact, parts, **kwargs)
+
+    async def require_input(self, msg: Content) -> None:
+        await self._call(self.sync.require_input, msg)
+
+    async def require_auth(self, msg: Content) -> None:
+        await self._call(self.sync.require_auth, msg)
+
+    async def complete(self, msg: Content = None, **kwargs: Any) -> None:
+        """As `AgentContext.complete` (artifact, name, artifact_id, append, description, metadata)."""
+        await self._call(self.sync.complete, msg, **kwargs)
+
+    async def fail(self, msg: Content) -> None:
+        await self._call(self.sync.fail, msg)
+
+    async def reject(self, msg: Content) -> None:
+        await self._call(self.sync.reject, msg)
+
+    async def reply(self, message: Content, *, metadata: dict[str, Any] | None = None) -> None:
+        await self._call(self.sync.reply, message, metadata=metadata)
+
+
+def is_async(executor: Executor | type[Executor]) -> bool:
+    """Whether the executor's `execute` is a coroutine function: its runs wait on the run host."""
+    return inspect.iscoroutinefunction(executor.execute)
+
+
 class Misconfigured(Exception):
     """The agent cannot run as its tenant configured it (a missing setting, an unreadable
     secret): its task fails with this message as the reason, as a misconfiguration. Its client
@@ -302,7 +436,9 @@ class Executor:
         accepts), one line each: rules that depend on this server's own settings."""
         return []
 
-    def execute(self, ctx: AgentContext) -> None:  # pragma: no cover - interface
+    def execute(self, ctx: Any) -> Any:  # pragma: no cover - interface
+        """`def execute(self, ctx: AgentContext) -> None`, or for an agent that waits (on a
+        model, a webhook, another agent) `async def execute(self, ctx: AsyncAgentContext)`."""
         raise NotImplementedError
 
     def canceled_while_idle(
@@ -325,4 +461,14 @@ def register(cls: type[Executor]) -> type[Executor]:
     return cls
 
 
-__all__ = ["AgentContext", "AgentFailure", "Executor", "Misconfigured", "REGISTRY", "register", "TaskClosed"]
+__all__ = [
+    "AgentContext",
+    "AsyncAgentContext",
+    "is_async",
+    "AgentFailure",
+    "Executor",
+    "Misconfigured",
+    "REGISTRY",
+    "register",
+    "TaskClosed",
+]

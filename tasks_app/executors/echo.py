@@ -1,6 +1,6 @@
-import time
+import asyncio
 
-from .base import AgentContext, Executor
+from .base import AsyncAgentContext, Executor
 
 
 def _int(metadata: dict, key: str, default: int) -> int:
@@ -15,7 +15,8 @@ class EchoExecutor(Executor):
 
     Same semantics as the benchmark peer on the official SDK, so the two compare fairly:
     metadata `benchChunks` K streams K appended chunks (after a `working` status) and
-    `benchDelayMs` D sleeps D ms before each chunk.
+    `benchDelayMs` D waits D ms before each chunk. Async, as the peer's is: a run that waits
+    is a coroutine on the run host, not a process (docs/executors.md, "Async executors").
     """
 
     name = "echo"
@@ -23,18 +24,18 @@ class EchoExecutor(Executor):
     description = "Echoes the text it is sent."
     settings_schema = {"type": "object", "additionalProperties": False, "properties": {}}
 
-    def execute(self, ctx: AgentContext) -> None:
+    async def execute(self, ctx: AsyncAgentContext) -> None:
         chunks = max(1, _int(ctx.message.metadata, "benchChunks", 1))
         delay = _int(ctx.message.metadata, "benchDelayMs", 0) / 1000
         if chunks > 1:
-            ctx.working()
+            await ctx.working()
         artifact_id = f"echo-{ctx.task_id}"
         text = "echo: " + ctx.text
         for i in range(chunks - 1):
             if delay:
-                time.sleep(delay)
-            ctx.artifact(text, artifact_id=artifact_id, name="echo", append=i > 0)
+                await asyncio.sleep(delay)
+            await ctx.artifact(text, artifact_id=artifact_id, name="echo", append=i > 0)
         if delay:
-            time.sleep(delay)
+            await asyncio.sleep(delay)
         # The last chunk and the completion in one write.
-        ctx.complete(artifact=text, artifact_id=artifact_id, name="echo", append=chunks > 1)
+        await ctx.complete(artifact=text, artifact_id=artifact_id, name="echo", append=chunks > 1)
