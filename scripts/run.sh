@@ -143,7 +143,7 @@ rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 export METRICS_ENABLED="${METRICS_ENABLED:-1}"
 # No METRICS_TOKEN on this machine: the server listens on loopback only (docs/operations.md).
 export METRICS_PUBLIC="${METRICS_PUBLIC:-1}"
-# Async executors' runs (the echo's among them) go to the run host, a worker of its own whose
+# Async executors' runs (a tenant's installed ones; the echo is still sync) go to the run host, a worker of its own whose
 # threads hand each run to one asyncio loop: a run that waits costs a coroutine, not a process
 # (docs/architecture.md, "The run host"). Exported for the web processes, which send them there.
 ((EMBEDDED)) || export ASYNC_RUNS_QUEUE="${ASYNC_RUNS_QUEUE:-agentserver-runs}"
